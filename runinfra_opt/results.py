@@ -1,0 +1,228 @@
+"""The run's results file (`results.json`): one typed, versioned source of truth.
+
+`optimize` writes it incrementally and atomically as figures are produced; every output (terminal table,
+markdown, HTML, CSV, manifest) is a pure function of it. Fields may be added in later minor versions;
+`SCHEMA_VERSION` changes only when a reader of an older version could misread the file.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from runinfra_opt.errors import UserInputError
+
+SCHEMA_VERSION = 1
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+
+class Interval(_Model):
+    """A point estimate with a 95% interval (bootstrap over requests x repeats)."""
+
+    value: float
+    low: float
+    high: float
+
+
+class ModelInfo(_Model):
+    spec: str
+    """What the user passed (`default`, a path, a GGUF file, a hub id)."""
+    name: str
+    path: str | None = None
+    file_sha256: str | None = None
+    num_layers: int | None = None
+    num_parameters: int | None = None
+    dtype: str | None = None
+    device: str | None = None
+
+
+class WorkloadInfo(_Model):
+    name: str
+    path: str
+    fingerprint: str
+    requests: int
+    """Requests in the file."""
+    used_requests: int
+    """Requests profiled/measured (after subsampling)."""
+    categories: dict[str, int] = Field(default_factory=dict)
+    """Requests used, per category."""
+    subsampled: str | None = None
+    """Why and how requests were subsampled, when they were."""
+
+
+class RequestResult(_Model):
+    """One request under one variant: raw measured values (one per repeat) or predicted values."""
+
+    request_id: str
+    category: str
+    greedy: bool = True
+    repeat: int = 0
+    prompt_tokens: int
+    output_tokens: int
+    ttft_s: float
+    e2e_s: float
+    tpot_s: float | None = None
+    target_passes: int
+    draft_passes: int = 0
+    drafted_tokens: int = 0
+    accepted_tokens: int = 0
+    accepted_per_pass: list[int] = Field(default_factory=list)
+    lossless: bool | None = None
+    first_mismatch: int | None = None
+
+
+class Summary(_Model):
+    """Aggregate figures for one variant, from its per-request values."""
+
+    tokens_per_s: float
+    """Output tokens over summed e2e time, over the workload (batch 1, one request at a time)."""
+    tokens_per_s_interval: Interval | None = None
+    speedup: Interval | None = None
+    """Ratio of tokens/s to the baseline's (paired by request and repeat)."""
+    ttft_s: dict[str, float] = Field(default_factory=dict)
+    """Percentiles p50/p90/p95/p99."""
+    tpot_s: dict[str, float] = Field(default_factory=dict)
+    e2e_s: dict[str, float] = Field(default_factory=dict)
+    mean_accepted_per_pass: float | None = None
+    """Mean tokens accepted per target verification pass (speculative variants)."""
+    acceptance_rate: float | None = None
+    """Accepted / drafted."""
+    target_passes: int | None = None
+    draft_passes: int | None = None
+    output_tokens: int | None = None
+    lossless: bool | None = None
+
+
+class VariantResult(_Model):
+    name: str
+    variant: dict[str, Any]
+    """Variant.to_dict()."""
+    predicted: Summary | None = None
+    predicted_requests: list[RequestResult] = Field(default_factory=list)
+    measured: Summary | None = None
+    measured_requests: list[RequestResult] = Field(default_factory=list)
+    per_category: dict[str, Summary] = Field(default_factory=dict)
+    """Measured (or, where not measured, predicted) summary per workload category."""
+    disqualified: str | None = None
+    """Why the variant may never win (e.g. its greedy output differs from the baseline's)."""
+    ruled_out: list[str] = Field(default_factory=list)
+    """Constraints the variant violates, in words."""
+    confirmed: bool = False
+    """Timed end to end (not only predicted)."""
+
+
+class CategoryDecision(_Model):
+    category: str
+    best: str
+    speedup: float | None = None
+    requests: int = 0
+
+
+class QueueSimulation(_Model):
+    """TTFT including queueing under the recorded arrivals (simulated single-replica FIFO)."""
+
+    variant: str
+    ttft_s: dict[str, float]
+    mean_wait_s: float
+    utilisation: float
+
+
+class Decision(_Model):
+    winner: str
+    speculation: bool
+    priority: str
+    reason: str
+    """The decision in one sentence."""
+    gain: Interval | None = None
+    """Winner's measured throughput ratio to the baseline."""
+    ttft_change: float | None = None
+    """Relative change in TTFT at the chosen percentile against the baseline."""
+    per_category: list[CategoryDecision] = Field(default_factory=list)
+    queue: list[QueueSimulation] = Field(default_factory=list)
+    exit_code: int = 0
+
+
+class RunResults(_Model):
+    schema_version: int = SCHEMA_VERSION
+    tool: str = "runinfra-opt"
+    tool_version: str = ""
+    run_id: str
+    created_at: str
+    """UTC ISO-8601."""
+    status: Literal["running", "complete", "failed", "no_feasible"] = "running"
+    phase: str = "start"
+    """Last phase finished: start, baseline, profile, predict, confirm, decide."""
+    config: dict[str, Any] = Field(default_factory=dict)
+    """Priority, constraints, strategy, budget, search space: everything needed to resume."""
+    environment: dict[str, Any] = Field(default_factory=dict)
+    workload: WorkloadInfo | None = None
+    target: ModelInfo | None = None
+    drafts: list[ModelInfo] = Field(default_factory=list)
+    cost_model: dict[str, Any] = Field(default_factory=dict)
+    variants: list[VariantResult] = Field(default_factory=list)
+    decision: Decision | None = None
+    timings_s: dict[str, float] = Field(default_factory=dict)
+    """Wall time per phase."""
+    notes: list[str] = Field(default_factory=list)
+
+    def variant(self, name: str) -> VariantResult | None:
+        return next((v for v in self.variants if v.name == name), None)
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    """Write `text` to `path` atomically: a temp file in the same directory, fsync, then rename."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        Path(tmp).replace(path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def save_results(results: RunResults, path: Path) -> None:
+    atomic_write_text(path, results.model_dump_json(indent=2))
+
+
+def load_results(path: Path) -> RunResults:
+    """Read a results file; a missing, corrupt, truncated or future-version file is a clear UserInputError."""
+    if path.is_dir():
+        path = path / "results.json"
+    if not path.is_file():
+        raise UserInputError(f"{path}: no results file here")
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8"))
+    except UnicodeDecodeError:
+        raise UserInputError(f"{path}: not a results file (not UTF-8 text)") from None
+    except json.JSONDecodeError as exc:
+        raise UserInputError(
+            f"{path}: corrupt or truncated results file (invalid JSON at line {exc.lineno}: {exc.msg})"
+        ) from None
+    if not isinstance(raw, dict) or raw.get("tool") != "runinfra-opt":
+        raise UserInputError(f"{path}: not a runinfra-opt results file")
+    version = raw.get("schema_version")
+    if not isinstance(version, int):
+        raise UserInputError(f"{path}: field schema_version: missing or not an integer")
+    if version > SCHEMA_VERSION:
+        raise UserInputError(
+            f"{path}: results schema version {version} is newer than this runinfra-opt understands "
+            f"({SCHEMA_VERSION}); upgrade runinfra-opt"
+        )
+    try:
+        return RunResults.model_validate(raw)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        loc = ".".join(str(p) for p in first["loc"])
+        raise UserInputError(f"{path}: field {loc}: {first['msg']}") from None

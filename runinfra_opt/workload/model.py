@@ -1,0 +1,65 @@
+"""The typed request and workload that every other module consumes."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Message:
+    role: str  # system | user | assistant | tool
+    content: str
+
+
+@dataclass(frozen=True)
+class Request:
+    """One recorded request. Exactly one of `messages` and `prompt` is set."""
+
+    id: str
+    line: int
+    """1-based line (or row) in the source file, for error messages."""
+    arrival_s: float | None = None
+    """Seconds since the recording started; None when the file has no timing (back to back)."""
+    category: str = "default"
+    messages: tuple[Message, ...] | None = None
+    prompt: str | None = None
+    max_tokens: int | None = None
+    temperature: float | None = None
+    top_p: float | None = None
+    seed: int | None = None
+    response: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
+    """Unknown fields, kept and ignored."""
+
+    @property
+    def greedy(self) -> bool:
+        """Temperature 0 or absent means greedy decoding."""
+        return not self.temperature
+
+    @property
+    def is_chat(self) -> bool:
+        return self.messages is not None
+
+    def prompt_text(self) -> str:
+        """The request's text without any chat template (for character-level statistics)."""
+        if self.prompt is not None:
+            return self.prompt
+        return "\n".join(m.content for m in self.messages or ())
+
+
+@dataclass(frozen=True)
+class Workload:
+    """A validated workload: its requests in file order, where it came from and its content fingerprint."""
+
+    name: str
+    """Bundled name (e.g. `mixed`) or the file's stem."""
+    path: str
+    requests: tuple[Request, ...]
+    fingerprint: str
+    """sha256 of the canonical content (see `runinfra_opt.workload.fingerprint`)."""
+    format: str = "jsonl"
+
+    @property
+    def categories(self) -> list[str]:
+        return sorted({r.category for r in self.requests})

@@ -1,0 +1,50 @@
+"""The CLI's contract: fast --help/--version without heavy imports, documented exit codes."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from typer.testing import CliRunner
+
+from runinfra_opt import __version__
+from runinfra_opt.cli.app import app
+from runinfra_opt.exitcodes import ExitCode
+
+
+def test_version(runner: CliRunner) -> None:
+    result = runner.invoke(app, ["--version"])
+    assert result.exit_code == 0
+    assert __version__ in result.output
+
+
+def test_help_and_version_import_no_heavy_modules() -> None:
+    code = (
+        "import sys\n"
+        "from runinfra_opt.cli.app import app\n"
+        "from typer.testing import CliRunner\n"
+        "r = CliRunner().invoke(app, ['--help'])\n"
+        "assert r.exit_code == 0, r.output\n"
+        "r = CliRunner().invoke(app, ['--version'])\n"
+        "assert r.exit_code == 0, r.output\n"
+        "heavy = [m for m in ('torch', 'transformers', 'pandas', 'scipy', 'plotly', 'numpy') if m in sys.modules]\n"
+        "print(','.join(heavy))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "", f"--help imported heavy modules: {out.stdout.strip()}"
+
+
+def test_python_m_entry_point() -> None:
+    out = subprocess.run(
+        [sys.executable, "-m", "runinfra_opt", "--version"], capture_output=True, text=True, check=False
+    )
+    assert out.returncode == 0
+    assert out.stdout.strip() == f"runinfra-opt {__version__}"
+
+
+def test_exit_codes_documented_in_readme() -> None:
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    for code in ExitCode:
+        assert f"| {int(code)} |" in readme, f"exit code {int(code)} ({code.name}) missing from README"
