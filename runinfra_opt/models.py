@@ -258,3 +258,17 @@ def load_model(spec: str, *, device: str = "auto", dtype: str = "auto") -> Loade
     model.to(dev)  # type: ignore[arg-type]
     model.eval()
     return LoadedModel(resolved, model, tokenizer, dev, str(torch_dtype).removeprefix("torch."))
+
+
+def load_tokenizer(spec: str) -> PreTrainedTokenizerBase:
+    """Load only a model's tokenizer, offline (a GGUF model is converted and cached once)."""
+    from transformers import AutoTokenizer
+
+    resolved = resolve_model(spec)
+    location = ensure_converted(resolved)
+    source = resolved.hub_id or str(location)
+    kwargs: dict[str, Any] = {"local_files_only": True} if resolved.kind == "hub" else {}
+    try:
+        return AutoTokenizer.from_pretrained(source, **kwargs)
+    except (OSError, ValueError) as exc:
+        raise ModelNotFoundError(f"{spec}: cannot load tokenizer: {exc}") from None
