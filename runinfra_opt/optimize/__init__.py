@@ -1,0 +1,1 @@
+"""The optimizer: profile, simulate, predict, confirm, decide."""
