@@ -59,6 +59,15 @@ class Workload:
     fingerprint: str
     """sha256 of the canonical content (see `runinfra_opt.workload.fingerprint`)."""
     format: str = "jsonl"
+    default_max_tokens: int | None = None
+    """The max_tokens given to requests that had none (command line, else the package default)."""
+    max_tokens_defaulted: int = 0
+    """How many requests got `default_max_tokens` because the file gave them none."""
+
+    @property
+    def fingerprint_short(self) -> str:
+        """How the fingerprint is shown wherever a workload is named: `sha256:<first 12 hex>`."""
+        return f"sha256:{self.fingerprint.removeprefix('sha256:')[:12]}"
 
     @property
     def categories(self) -> list[str]:
