@@ -1,0 +1,356 @@
+"""The `bench` command's core: run variants over a workload through an engine, one request at a time, and
+aggregate the raw records.
+
+`run_variants` is engine-agnostic (anything implementing `Engine` plus `warmup`); `run_bench` loads the
+workload and the models and builds the in-process transformers engine. `compare_to_baseline` is the
+losslessness rule the optimizer shares.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol
+
+from runinfra_opt.engine.protocol import Engine, RequestRecord
+from runinfra_opt.errors import UserInputError
+from runinfra_opt.results import Interval, Summary
+from runinfra_opt.stats import speedup, summarize
+from runinfra_opt.variants import BASELINE, Variant
+from runinfra_opt.workload.model import Request, Workload
+
+if TYPE_CHECKING:  # pragma: no cover
+    from rich.table import Table
+
+DEFAULT_MAX_TOKENS = 128
+WARMUP_TOKENS = 8
+
+ProgressCallback = Callable[[int, int, str], None]
+"""Called after each generation with (done, total, label)."""
+
+
+class WarmableEngine(Engine, Protocol):
+    def warmup(self, request: Request, variant: Variant) -> None: ...
+
+
+def compare_to_baseline(record: RequestRecord, baseline_record: RequestRecord) -> RequestRecord:
+    """Fill `record.lossless` / `record.first_mismatch` against the baseline's output for the same request.
+
+    Only greedy requests are compared (sampled outputs legitimately differ: lossless stays None). The first
+    mismatch is the first differing position, or the shorter length when one output is a prefix of the other.
+    """
+    if record.request_id != baseline_record.request_id:
+        raise ValueError(f"comparing request {record.request_id} with baseline of {baseline_record.request_id}")
+    if not (record.greedy and baseline_record.greedy):
+        record.lossless, record.first_mismatch = None, None
+        return record
+    ours, theirs = record.output_ids, baseline_record.output_ids
+    if ours == theirs:
+        record.lossless, record.first_mismatch = True, None
+        return record
+    first = next((i for i, (a, b) in enumerate(zip(ours, theirs, strict=False)) if a != b), min(len(ours), len(theirs)))
+    record.lossless, record.first_mismatch = False, first
+    return record
+
+
+def run_variants(
+    engine: WarmableEngine,
+    requests: Sequence[Request],
+    variants: Sequence[Variant],
+    *,
+    max_tokens: int,
+    repeat: int = 1,
+    progress: ProgressCallback | None = None,
+    check_lossless: bool = True,
+) -> dict[str, list[RequestRecord]]:
+    """Time every variant on every request, `repeat` times, interleaved (A B A B per request and repeat) after
+    one untimed warm-up per variant. Returns records per variant name, in run order.
+
+    With `check_lossless`, each speculative record of a greedy request is compared with the baseline's output
+    for the same request: the timed baseline's when the baseline is among `variants`, else an untimed baseline
+    reference run once per greedy request (not returned).
+    """
+    if repeat < 1:
+        raise UserInputError(f"--repeat {repeat}: must be >= 1")
+    if not requests:
+        raise UserInputError("no requests to run")
+    names = [v.name for v in variants]
+    if len(set(names)) != len(names):
+        raise UserInputError(f"duplicate variants: {', '.join(names)}")
+    timed_baseline = any(not v.is_speculative for v in variants)
+    needs_reference = check_lossless and not timed_baseline and any(v.is_speculative for v in variants)
+    references: dict[str, RequestRecord] = {}
+    total = len(variants) * len(requests) * repeat
+    total += sum(1 for r in requests if r.greedy) if needs_reference else 0
+    done = 0
+
+    def tick(label: str) -> None:
+        nonlocal done
+        done += 1
+        if progress is not None:
+            progress(done, total, label)
+
+    for variant in variants:
+        engine.warmup(requests[0], variant)
+    records: dict[str, list[RequestRecord]] = {name: [] for name in names}
+    for rep in range(repeat):
+        for request in requests:
+            if needs_reference and rep == 0 and request.greedy:
+                references[request.id] = engine.generate(request, BASELINE, max_tokens=max_tokens)
+                tick(f"{request.id} baseline (reference)")
+            for variant in variants:
+                record = engine.generate(request, variant, max_tokens=max_tokens, repeat=rep)
+                records[variant.name].append(record)
+                if not variant.is_speculative:
+                    references.setdefault(request.id, record)
+                tick(f"{request.id} {variant.name} ({rep + 1}/{repeat})")
+    if check_lossless:
+        for variant in variants:
+            if not variant.is_speculative:
+                continue
+            for record in records[variant.name]:
+                reference = references.get(record.request_id)
+                if reference is not None:
+                    compare_to_baseline(record, reference)
+    return records
+
+
+# ---- the bench command --------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class BenchConfig:
+    """Everything `runinfra-opt bench` was asked to do."""
+
+    variant: Variant
+    workload: str = "mixed"
+    target: str = "default"
+    draft: str | None = None
+    requests: int | None = None
+    repeat: int = 1
+    vs_baseline: bool = False
+    device: str = "auto"
+    dtype: str = "auto"
+    threads: int | None = None
+    max_tokens: int = DEFAULT_MAX_TOKENS
+    skip_too_long: bool = False
+    allow_tokenizer_mismatch: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["variant"] = self.variant.to_dict()
+        data["variant_name"] = self.variant.name
+        return data
+
+
+def make_variant(
+    method: str,
+    *,
+    lookahead: int | None,
+    draft: str | None = None,
+    ngram_max: int = 2,
+    exit_layer: int | None = None,
+) -> Variant:
+    """Build the variant the command line describes, with option-named errors."""
+    if method == "baseline":
+        if lookahead is not None:
+            raise UserInputError("--lookahead: the baseline has no lookahead")
+        if draft is not None:
+            raise UserInputError("--draft is only used with --method draft")
+        return BASELINE
+    if lookahead is None:
+        raise UserInputError(f"--lookahead is required for --method {method}")
+    if lookahead < 1:
+        raise UserInputError(f"--lookahead {lookahead}: must be >= 1")
+    if draft is not None and method != "draft":
+        raise UserInputError("--draft is only used with --method draft")
+    if method == "draft":
+        if draft is None:
+            raise UserInputError("--method draft needs --draft MODEL")
+        return Variant("draft", lookahead=lookahead, draft=draft)
+    if method == "ngram":
+        if ngram_max < 1:
+            raise UserInputError(f"--ngram-max {ngram_max}: must be >= 1")
+        return Variant("ngram", lookahead=lookahead, ngram_max=ngram_max)
+    if method == "early_exit":
+        if exit_layer is None:
+            raise UserInputError("--method early_exit needs --exit-layer L")
+        if exit_layer < 1:
+            raise UserInputError(f"--exit-layer {exit_layer}: must be >= 1")
+        return Variant("early_exit", lookahead=lookahead, exit_layer=exit_layer)
+    return Variant(method, lookahead=lookahead)  # type: ignore[arg-type]  # Variant names the known methods
+
+
+@dataclass
+class BenchResult:
+    """What a bench run measured: raw records per variant, their summaries, and the comparison."""
+
+    config: BenchConfig
+    variant: str
+    workload: dict[str, Any]
+    environment: dict[str, Any]
+    records: dict[str, list[RequestRecord]]
+    summaries: dict[str, Summary]
+    speedup: Interval | None = None
+    skipped: list[str] = field(default_factory=list)
+    """Ids of requests skipped as too long for the target's context."""
+
+    @property
+    def lossless(self) -> bool | None:
+        return self.summaries[self.variant].lossless
+
+    @property
+    def mismatches(self) -> list[dict[str, Any]]:
+        seen: dict[str, int | None] = {}
+        for record in self.records[self.variant]:
+            if record.lossless is False and record.request_id not in seen:
+                seen[record.request_id] = record.first_mismatch
+        return [{"request_id": rid, "first_mismatch": pos} for rid, pos in seen.items()]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "variant": self.variant,
+            "config": self.config.to_dict(),
+            "workload": self.workload,
+            "environment": self.environment,
+            "summaries": {name: s.model_dump() for name, s in self.summaries.items()},
+            "speedup": self.speedup.model_dump() if self.speedup else None,
+            "lossless": self.lossless,
+            "mismatches": self.mismatches,
+            "skipped": self.skipped,
+            "records": {name: [r.to_dict() for r in recs] for name, recs in self.records.items()},
+        }
+
+
+def load_workload_spec(spec: str) -> Workload:
+    """A workload by bundled name or path (the workload package's loader)."""
+    import importlib
+
+    module = importlib.import_module("runinfra_opt.workload")
+    loader = getattr(module, "load_workload", None)
+    if loader is None:  # the workload loader lands separately; until then only Request objects work
+        raise UserInputError(f"--workload {spec}: workload loading is not available in this build")
+    workload: Workload = loader(spec)
+    return workload
+
+
+def run_bench(
+    config: BenchConfig,
+    *,
+    progress: ProgressCallback | None = None,
+    workload: Workload | None = None,
+) -> BenchResult:
+    """Load the workload and models, run the variant (and the baseline with `vs_baseline`), summarize."""
+    from runinfra_opt.engine.hf import HFEngine
+    from runinfra_opt.models import load_model
+
+    if config.requests is not None and config.requests < 1:
+        raise UserInputError(f"--requests {config.requests}: must be >= 1")
+    if config.max_tokens < 1:
+        raise UserInputError(f"--max-tokens {config.max_tokens}: must be >= 1")
+    if config.repeat < 1:
+        raise UserInputError(f"--repeat {config.repeat}: must be >= 1")
+    if workload is None:
+        workload = load_workload_spec(config.workload)
+    requests = list(workload.requests[: config.requests] if config.requests else workload.requests)
+    target = load_model(config.target, device=config.device, dtype=config.dtype)
+    drafts = {}
+    if config.draft is not None:
+        drafts[config.draft] = load_model(config.draft, device=target.device, dtype=config.dtype)
+    engine = HFEngine(
+        target,
+        drafts,
+        threads=config.threads,
+        allow_tokenizer_mismatch=config.allow_tokenizer_mismatch,
+        skip_too_long=config.skip_too_long,
+    )
+    try:
+        kept, skipped = engine.filter_requests(requests, max_tokens=config.max_tokens, source=workload.path)
+        if not kept:
+            raise UserInputError(f"{workload.path}: every request is too long for the target's context")
+        variants = [config.variant]
+        if config.vs_baseline and config.variant.is_speculative:
+            variants = [BASELINE, config.variant]
+        records = run_variants(
+            engine, kept, variants, max_tokens=config.max_tokens, repeat=config.repeat, progress=progress
+        )
+        environment = engine.environment()
+    finally:
+        engine.close()
+    summaries = {name: summarize(recs) for name, recs in records.items()}
+    ratio = None
+    if len(variants) == 2:
+        ratio = speedup(records[config.variant.name], records[BASELINE.name])
+        summaries[config.variant.name].speedup = ratio
+    info = {
+        "name": workload.name,
+        "path": workload.path,
+        "fingerprint": workload.fingerprint,
+        "requests": len(workload.requests),
+        "used_requests": len(kept),
+        "categories": sorted({r.category for r in kept}),
+    }
+    return BenchResult(
+        config=config,
+        variant=config.variant.name,
+        workload=info,
+        environment=environment,
+        records=records,
+        summaries=summaries,
+        speedup=ratio,
+        skipped=[r.id for r in skipped],
+    )
+
+
+# ---- rendering ----------------------------------------------------------------------------------------------
+
+
+def _ms(values: dict[str, float], key: str) -> str:
+    return f"{values[key] * 1000:.1f}" if key in values else "-"
+
+
+def _fmt(value: float | None, pattern: str) -> str:
+    return "-" if value is None else pattern.format(value)
+
+
+def bench_table(result: BenchResult) -> Table:
+    """The summary table: one column per variant, one row per figure."""
+    from rich.table import Table
+
+    names = list(result.summaries)
+    table = Table(title=f"bench: {result.variant} on {result.workload['name']}", title_justify="left")
+    table.add_column("figure")
+    for name in names:
+        table.add_column(name, justify="right")
+    summaries = [result.summaries[n] for n in names]
+    for label, metric in (("TTFT", "ttft_s"), ("TPOT", "tpot_s"), ("e2e", "e2e_s")):
+        for p in ("p50", "p90", "p99"):
+            table.add_row(f"{label} {p} (ms)", *[_ms(getattr(s, metric), p) for s in summaries])
+    table.add_row("output tokens/s", *[f"{s.tokens_per_s:.2f}" for s in summaries])
+    table.add_row("output tokens", *[str(s.output_tokens) for s in summaries])
+    table.add_row("target passes", *[str(s.target_passes) for s in summaries])
+    table.add_row("accepted per target pass", *[_fmt(s.mean_accepted_per_pass, "{:.2f}") for s in summaries])
+    table.add_row("acceptance rate", *[_fmt(s.acceptance_rate, "{:.1%}") for s in summaries])
+    table.add_row(
+        "lossless",
+        *[("-" if s.lossless is None else "yes" if s.lossless else "NO") for s in summaries],
+    )
+    if result.speedup is not None:
+        sp = result.speedup
+        cells = ["-" if n == BASELINE.name else f"{sp.value:.2f}x [{sp.low:.2f}, {sp.high:.2f}]" for n in names]
+        table.add_row("speedup vs baseline (95% CI)", *cells)
+    return table
+
+
+def bench_notes(result: BenchResult) -> list[str]:
+    """Lines printed under the table: skipped requests, mismatches, untested losslessness."""
+    notes: list[str] = []
+    used = result.workload["used_requests"]
+    notes.append(f"{used} request(s) x {result.config.repeat} repeat(s), max {result.config.max_tokens} new tokens")
+    if result.skipped:
+        notes.append(f"skipped {len(result.skipped)} request(s) too long for the target's context")
+    for m in result.mismatches:
+        notes.append(f"output differs from the baseline: request {m['request_id']} at token {m['first_mismatch']}")
+    if result.lossless is None and result.config.variant.is_speculative:
+        notes.append("lossless: not checked (no greedy request)")
+    return notes

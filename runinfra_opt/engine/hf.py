@@ -1,0 +1,442 @@
+"""The in-process transformers engine: one request under one variant through `model.generate`, measured exactly.
+
+What is measured and how:
+- `ttft_s`: from the call to `generate` (prompt already tokenized and on the device) to the first `put` of
+  generated tokens on a streamer; `e2e_s`: to the return of `generate`. On CUDA the device is synchronized
+  before the clock is read at both ends (the streamer receives tokens already copied to the host).
+- Target and draft forward passes: forward pre-hooks on the model instances (no monkeypatching). Early exit
+  drafts with the target itself (transformers temporarily lowers `config.num_hidden_layers` to the exit
+  layer), so a target forward is classified as a draft pass when it runs with fewer layers than the model has.
+- Drafted tokens: from the target's verification input lengths (a verify pass over c candidates feeds c + 1
+  tokens; the first pass is the prefill of the prompt plus the first candidates). Accepted tokens at each target
+  pass: the tokens that pass delivered to the streamer, minus the one the target adds itself.
+
+transformers reads `num_assistant_tokens`, `num_assistant_tokens_schedule` and `assistant_confidence_threshold`
+from the assistant model's `generation_config` (for early exit: the target's own) and ignores them as
+`generate()` arguments, so they are set there before each request and restored after it.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+import torch
+from transformers import GenerationConfig
+from transformers.generation.streamers import BaseStreamer
+
+from runinfra_opt import __version__
+from runinfra_opt.engine.protocol import RequestRecord
+from runinfra_opt.errors import UserInputError
+from runinfra_opt.models import LoadedModel
+from runinfra_opt.variants import Variant
+from runinfra_opt.workload.model import Request
+
+VOCAB_PROBE = 256
+"""How many token ids (spread over the vocabulary, plus the special tokens) the draft vocabulary check compares."""
+
+
+class _TimingStreamer(BaseStreamer):
+    """Records when generated tokens arrive and how many each `put` delivers (one put per target pass)."""
+
+    def __init__(self, sync: bool) -> None:
+        self.sync = sync
+        self.prompt_seen = False
+        self.first_token_at: float | None = None
+        self.delivered: list[int] = []
+
+    def put(self, value: torch.Tensor) -> None:
+        if not self.prompt_seen:  # generate() first streams the prompt itself
+            self.prompt_seen = True
+            return
+        if self.first_token_at is None:
+            if self.sync:
+                torch.cuda.synchronize()
+            self.first_token_at = time.perf_counter()
+        self.delivered.append(int(value.numel()))
+
+    def end(self) -> None:
+        pass
+
+
+class _PassCounter:
+    """Forward pre-hooks counting target and draft forward calls and the target's input lengths."""
+
+    def __init__(self, target: torch.nn.Module) -> None:
+        self.target_inputs: list[int] = []
+        self.draft_passes = 0
+        # Early exit lowers num_hidden_layers on the base model's config while the target drafts.
+        model: Any = target
+        base = getattr(model, getattr(model, "base_model_prefix", "model"), model)
+        self._target_config: Any = getattr(base, "config", None) or model.config
+        self._full_layers = int(self._target_config.num_hidden_layers)
+        self._handles = [target.register_forward_pre_hook(self._on_target, with_kwargs=True)]
+
+    def add_draft(self, draft: torch.nn.Module) -> None:
+        self._handles.append(draft.register_forward_pre_hook(self._on_draft))
+
+    def reset(self) -> None:
+        self.target_inputs = []
+        self.draft_passes = 0
+
+    def _on_target(self, module: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        if int(self._target_config.num_hidden_layers) < self._full_layers:
+            self.draft_passes += 1  # early exit: the target drafting with its first layers
+            return
+        ids = kwargs.get("input_ids")
+        if ids is None and args:
+            ids = args[0]
+        if ids is None:
+            ids = kwargs["inputs_embeds"]
+        self.target_inputs.append(int(ids.shape[1]))
+
+    def _on_draft(self, module: torch.nn.Module, args: tuple[Any, ...]) -> None:
+        self.draft_passes += 1
+
+    def remove(self) -> None:
+        for handle in self._handles:
+            handle.remove()
+
+
+def cpu_model_name() -> str:
+    """The CPU's model name from /proc/cpuinfo (Linux), else platform.processor()."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as fh:  # noqa: PTH123 - a pseudo file, read once
+            for line in fh:
+                if line.startswith("model name"):
+                    return line.partition(":")[2].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def check_same_vocabulary(target: LoadedModel, draft: LoadedModel) -> str | None:
+    """None when the draft shares the target's vocabulary (size, ids of a probe of tokens, logits width),
+    else the reason in words."""
+    t_tok, d_tok = target.tokenizer, draft.tokenizer
+    t_size, d_size = len(t_tok), len(d_tok)
+    if t_size != d_size:
+        return f"vocabulary sizes differ ({t_size} vs {d_size})"
+    step = max(1, t_size // VOCAB_PROBE)
+    probe = sorted(set(range(0, t_size, step)) | set(t_tok.all_special_ids) | {t_size - 1})
+    t_tokens = t_tok.convert_ids_to_tokens(probe)
+    d_tokens = d_tok.convert_ids_to_tokens(probe)
+    for token_id, a, b in zip(probe, t_tokens, d_tokens, strict=True):
+        if a != b:
+            return f"token id {token_id} is {a!r} in one and {b!r} in the other"
+    t_logits, d_logits = _logits_width(target), _logits_width(draft)
+    if t_logits != d_logits:
+        return f"output layer widths differ ({t_logits} vs {d_logits} logits)"
+    return None
+
+
+def _logits_width(loaded: LoadedModel) -> int:
+    return int(loaded.model.config.get_text_config().vocab_size)
+
+
+def _tokenizer_name(loaded: LoadedModel) -> str:
+    return f"{loaded.name} ({getattr(loaded.tokenizer, 'name_or_path', '') or loaded.resolved.spec})"
+
+
+class HFEngine:
+    """Runs requests under variants with transformers' `generate`, on a target and optional draft models.
+
+    `drafts` maps the draft spec strings used in `Variant.draft` to loaded models. The draft vocabulary is
+    checked here; a mismatch is refused unless `allow_tokenizer_mismatch` (universal assisted generation).
+    """
+
+    def __init__(
+        self,
+        target: LoadedModel,
+        drafts: Mapping[str, LoadedModel] | None = None,
+        *,
+        threads: int | None = None,
+        allow_tokenizer_mismatch: bool = False,
+        skip_too_long: bool = False,
+    ) -> None:
+        if threads is not None and threads < 1:
+            raise UserInputError(f"--threads {threads}: must be >= 1")
+        self.target = target
+        self.drafts: dict[str, LoadedModel] = dict(drafts or {})
+        self.skip_too_long = skip_too_long
+        self.threads = threads if threads is not None else torch.get_num_threads()
+        torch.set_num_threads(self.threads)
+        self._sync = target.device.startswith("cuda")
+        self._mismatched: set[str] = set()
+        for spec, draft in self.drafts.items():
+            problem = check_same_vocabulary(target, draft)
+            if problem is None:
+                continue
+            if allow_tokenizer_mismatch and _logits_width(target) == _logits_width(draft):
+                # transformers takes equal vocabulary sizes to mean one tokenizer and refuses
+                # universal assisted generation for them.
+                raise UserInputError(
+                    f"draft {spec}: its tokenizer {_tokenizer_name(draft)} differs from the target's "
+                    f"{_tokenizer_name(target)} ({problem}) but has the same vocabulary size, which transformers' "
+                    "universal assisted generation does not support; use a draft trained on the target's tokenizer"
+                )
+            if not allow_tokenizer_mismatch:
+                raise UserInputError(
+                    f"draft {spec}: its tokenizer {_tokenizer_name(draft)} does not share the target's tokenizer "
+                    f"{_tokenizer_name(target)}: {problem}; pass --allow-tokenizer-mismatch to run it through "
+                    "universal assisted generation (slower, re-tokenizes every round)"
+                )
+            self._mismatched.add(spec)
+        self._counter = _PassCounter(target.model)
+        for draft in self.drafts.values():
+            self._counter.add_draft(draft.model)
+        self._environment: dict[str, Any] | None = None
+        self._prompt_cache: dict[Request, list[int]] = {}
+        eos = target.model.generation_config.eos_token_id
+        if eos is None:
+            eos = target.tokenizer.eos_token_id
+        self._eos: list[int] = [] if eos is None else ([int(eos)] if isinstance(eos, int) else [int(e) for e in eos])
+        pad = target.model.generation_config.pad_token_id
+        if pad is None:
+            pad = target.tokenizer.pad_token_id
+        self._pad = pad if pad is not None else (self._eos[0] if self._eos else 0)
+
+    # ---- inputs ----------------------------------------------------------------------------------------------
+
+    @property
+    def eos_token_ids(self) -> list[int]:
+        return list(self._eos)
+
+    @property
+    def context_length(self) -> int | None:
+        """The target's maximum sequence length (prompt + output), when its config states one."""
+        value = getattr(self.target.model.config, "max_position_embeddings", None)
+        return int(value) if value else None
+
+    def prompt_ids(self, request: Request) -> list[int]:
+        """Token ids of the request's prompt: chat requests through the target's chat template (with the
+        generation prompt), prompt requests tokenized as they are."""
+        cached = self._prompt_cache.get(request)
+        if cached is not None:
+            return cached
+        tok = self.target.tokenizer
+        if request.messages is not None:
+            if not getattr(tok, "chat_template", None):
+                raise UserInputError(
+                    f"line {request.line}: request {request.id}: a chat request, but the target's tokenizer "
+                    f"{_tokenizer_name(self.target)} has no chat template"
+                )
+            messages = [{"role": m.role, "content": m.content} for m in request.messages]
+            encoded: Any = tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
+            # transformers 5 returns a BatchEncoding here; older versions a plain list of ids.
+            raw = encoded if isinstance(encoded, list) else encoded["input_ids"]
+            ids = [int(i) for i in (raw.tolist() if hasattr(raw, "tolist") else raw)]
+        else:
+            ids = [int(i) for i in tok(request.prompt or "")["input_ids"]]
+        if not ids:
+            raise UserInputError(f"line {request.line}: request {request.id}: the prompt tokenizes to nothing")
+        self._prompt_cache[request] = ids
+        return ids
+
+    def max_new_tokens(self, request: Request, max_tokens: int) -> int:
+        """The request's own `max_tokens` when it has one, capped at `max_tokens`."""
+        return min(request.max_tokens, max_tokens) if request.max_tokens else max_tokens
+
+    def too_long(self, request: Request, max_tokens: int) -> str | None:
+        """Why the request does not fit the target's context (prompt + max new tokens), or None when it fits."""
+        limit = self.context_length
+        if limit is None:
+            return None
+        prompt = len(self.prompt_ids(request))
+        new = self.max_new_tokens(request, max_tokens)
+        if prompt + new > limit:
+            return (
+                f"request {request.id}: prompt ({prompt} tokens) + max_tokens ({new}) exceeds the target's context "
+                f"of {limit} tokens"
+            )
+        return None
+
+    def filter_requests(
+        self, requests: Sequence[Request], *, max_tokens: int, source: str = "workload"
+    ) -> tuple[list[Request], list[Request]]:
+        """Split requests into (fitting, too long). Too-long requests raise UserInputError naming
+        `source:line`, unless the engine was built with `skip_too_long`."""
+        kept: list[Request] = []
+        skipped: list[Request] = []
+        for request in requests:
+            problem = self.too_long(request, max_tokens)
+            if problem is None:
+                kept.append(request)
+            elif self.skip_too_long:
+                skipped.append(request)
+            else:
+                raise UserInputError(f"{source}:{request.line}: {problem} (or pass --skip-too-long)")
+        return kept, skipped
+
+    # ---- generation ------------------------------------------------------------------------------------------
+
+    def _draft_for(self, variant: Variant) -> LoadedModel | None:
+        if variant.method != "draft":
+            return None
+        assert variant.draft is not None
+        if variant.draft not in self.drafts:
+            known = ", ".join(sorted(self.drafts)) or "none"
+            raise UserInputError(f"variant {variant.name}: draft {variant.draft!r} is not loaded (loaded: {known})")
+        return self.drafts[variant.draft]
+
+    def _generation_config(self, request: Request, variant: Variant, max_new_tokens: int) -> GenerationConfig:
+        config = GenerationConfig(
+            max_new_tokens=max_new_tokens,
+            min_new_tokens=0,
+            eos_token_id=self._eos or None,
+            pad_token_id=self._pad,
+        )
+        if request.greedy:
+            config.do_sample = False
+        else:
+            config.do_sample = True
+            config.temperature = float(request.temperature or 1.0)
+            config.top_p = float(request.top_p) if request.top_p is not None else 1.0
+            config.top_k = None
+        if variant.method == "ngram":
+            config.prompt_lookup_num_tokens = variant.lookahead
+            config.max_matching_ngram_size = variant.ngram_max
+        elif variant.method == "early_exit":
+            config.assistant_early_exit = variant.exit_layer
+        return config
+
+    @contextmanager
+    def _assistant_settings(self, variant: Variant, draft: LoadedModel | None) -> Iterator[None]:
+        """Constant lookahead: set the three settings transformers reads from the assistant's generation_config
+        (the target's own for early exit), and restore them afterwards."""
+        if variant.method == "draft":
+            assert draft is not None
+            holder = draft.model
+        elif variant.method == "early_exit":
+            holder = self.target.model
+        else:
+            yield
+            return
+        config = holder.generation_config
+        keys = ("num_assistant_tokens", "num_assistant_tokens_schedule", "assistant_confidence_threshold")
+        saved = {key: getattr(config, key, None) for key in keys}
+        config.num_assistant_tokens = variant.lookahead
+        config.num_assistant_tokens_schedule = "constant"
+        config.assistant_confidence_threshold = variant.confidence_threshold
+        try:
+            yield
+        finally:
+            for key, value in saved.items():
+                setattr(config, key, value)
+
+    def _check_variant(self, variant: Variant) -> None:
+        if variant.method == "early_exit":
+            assert variant.exit_layer is not None
+            if variant.exit_layer >= self.target.num_layers:
+                raise UserInputError(
+                    f"variant {variant.name}: exit layer {variant.exit_layer} must be below the target's "
+                    f"{self.target.num_layers} layers"
+                )
+
+    def generate(self, request: Request, variant: Variant, *, max_tokens: int, repeat: int = 0) -> RequestRecord:
+        """Run one request under one variant and measure it. `max_tokens` caps the new tokens (the request's own
+        `max_tokens`, when set, caps them further). Sampled requests are seeded per request (`seed`, else 0)."""
+        self._check_variant(variant)
+        problem = self.too_long(request, max_tokens)
+        if problem is not None:
+            raise UserInputError(f"line {request.line}: {problem}")
+        draft = self._draft_for(variant)
+        prompt = self.prompt_ids(request)
+        max_new = self.max_new_tokens(request, max_tokens)
+        config = self._generation_config(request, variant, max_new)
+        extra: dict[str, Any] = {}
+        if draft is not None:
+            extra["assistant_model"] = draft.model
+            if variant.draft in self._mismatched:
+                extra["tokenizer"] = self.target.tokenizer
+                extra["assistant_tokenizer"] = draft.tokenizer
+        device = self.target.device
+        input_ids = torch.tensor([prompt], dtype=torch.long, device=device)
+        attention_mask = torch.ones_like(input_ids)
+        counter = self._counter
+        counter.reset()
+        streamer = _TimingStreamer(self._sync)
+        if not request.greedy:
+            torch.manual_seed(request.seed if request.seed is not None else 0)
+        with self._assistant_settings(variant, draft), torch.inference_mode():
+            if self._sync:
+                torch.cuda.synchronize()
+            start = time.perf_counter()
+            output = self.target.model.generate(  # type: ignore[operator]
+                input_ids,
+                attention_mask=attention_mask,
+                generation_config=config,
+                streamer=streamer,
+                **extra,
+            )
+            if self._sync:
+                torch.cuda.synchronize()
+            end = time.perf_counter()
+        sequences = output if isinstance(output, torch.Tensor) else output.sequences
+        output_ids = [int(i) for i in sequences[0, len(prompt) :].tolist()]
+        passes = counter.target_inputs
+        drafted = 0
+        if passes and variant.is_speculative:
+            drafted = max(0, passes[0] - len(prompt)) + sum(max(0, n - 1) for n in passes[1:])
+        accepted = [max(0, n - 1) for n in streamer.delivered] if variant.is_speculative else []
+        first = streamer.first_token_at if streamer.first_token_at is not None else end
+        return RequestRecord(
+            request_id=request.id,
+            variant=variant.name,
+            category=request.category,
+            greedy=request.greedy,
+            prompt_tokens=len(prompt),
+            output_ids=output_ids,
+            ttft_s=first - start,
+            e2e_s=end - start,
+            target_passes=len(passes),
+            draft_passes=counter.draft_passes,
+            accepted_per_pass=accepted,
+            drafted_tokens=drafted,
+            repeat=repeat,
+        )
+
+    def warmup(self, request: Request, variant: Variant, *, max_tokens: int = 8) -> None:
+        """One short untimed generation, so first-call costs (allocations, lazy init) stay out of the figures."""
+        self.generate(request, variant, max_tokens=max_tokens)
+
+    # ---- environment ------------------------------------------------------------------------------------------
+
+    def environment(self) -> dict[str, Any]:
+        """python, torch, transformers, runinfra-opt versions, device, CPU, threads, dtype, model hashes."""
+        if self._environment is None:
+            import transformers
+
+            device = self.target.device
+            if device.startswith("cuda"):
+                index = torch.device(device).index or 0
+                device_name = torch.cuda.get_device_name(index)
+            else:
+                device_name = cpu_model_name()
+            models = {"target": self.target.info()}
+            for spec, draft in self.drafts.items():
+                models[f"draft:{spec}"] = draft.info()
+            self._environment = {
+                "python": platform.python_version(),
+                "torch": torch.__version__,
+                "transformers": transformers.__version__,
+                "runinfra_opt": __version__,
+                "platform": platform.platform(),
+                "device": device,
+                "device_name": device_name,
+                "cpu": cpu_model_name(),
+                "cpu_count": os.cpu_count(),
+                "threads": torch.get_num_threads(),
+                "dtype": self.target.dtype,
+                "model_sha256": {name: info.get("file_sha256") for name, info in models.items()},
+                "models": models,
+            }
+        return dict(self._environment)
+
+    def close(self) -> None:
+        """Remove the forward hooks from the model instances."""
+        self._counter.remove()
