@@ -1,0 +1,285 @@
+"""Offline simulation of speculative decoding: target and draft pass counts from one profiling pass.
+
+Under greedy decoding a drafted token is kept only if it equals the target's own next token, so the whole
+block process of assisted generation follows from the target's greedy output and, per output position,
+whether the draft's greedy prediction (given the target's prefix) agrees with it. The functions here replay
+transformers' (5.24) loop exactly on those facts, for any lookahead, without running a model:
+
+- `simulate_draft`: `generate(assistant_model=...)` and `generate(assistant_early_exit=L)` (an early exit
+  at layer L drafts like a model made of the target's first L layers + final norm + lm_head), with
+  `num_assistant_tokens_schedule="constant"` and `assistant_confidence_threshold=0`.
+- `simulate_ngram`: `generate(prompt_lookup_num_tokens=k, max_matching_ngram_size=n)`.
+- `simulate_baseline`: plain greedy decoding (one target pass per token).
+- `expected_sampled`: expected counts for sampled requests from per-position acceptance probabilities.
+
+Pure Python; nothing here imports torch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass, field
+
+
+@dataclass
+class SimResult:
+    """Pass counts of one request under one variant, as transformers would run it.
+
+    `chunks[r]` is the number of tokens the target verifies in pass r: the candidates drafted that round + 1
+    (the first pass is the prefill of the prompt + those candidates, so it feeds `prompt_len + chunks[0] - 1`
+    tokens). For draft/early-exit variants the draft runs `chunks[r] - 1` forwards in round r (its first
+    forward in round 0 is its own prefill of the prompt).
+    """
+
+    target_passes: int
+    draft_passes: int
+    drafted: int
+    """Candidate tokens proposed in total."""
+    accepted_per_pass: list[int] = field(default_factory=list)
+    """Candidates kept per target pass (transformers' `n_matches` after its length/EOS cut)."""
+    chunks: list[int] = field(default_factory=list)
+    output_tokens: int = 0
+
+    @property
+    def accepted(self) -> int:
+        return sum(self.accepted_per_pass)
+
+    @property
+    def acceptance_rate(self) -> float | None:
+        return self.accepted / self.drafted if self.drafted else None
+
+    @property
+    def first_chunk(self) -> int:
+        return self.chunks[0] if self.chunks else 1
+
+    def chunk_histogram(self) -> dict[int, float]:
+        """How many target passes after the first verified each chunk size (the cost model's input)."""
+        hist: dict[int, float] = {}
+        for chunk in self.chunks[1:]:
+            hist[chunk] = hist.get(chunk, 0.0) + 1.0
+        return hist
+
+    def draft_steps_round0(self) -> int:
+        """Draft forwards before the target's first pass (they delay the first token)."""
+        return self.first_chunk - 1 if self.draft_passes else 0
+
+
+@dataclass
+class ExpectedSimResult:
+    """Expected pass counts of one sampled request (speculative sampling), same meaning as `SimResult`."""
+
+    target_passes: float
+    draft_passes: float
+    drafted: float
+    accepted: float
+    first_chunk: int
+    later_chunks: dict[int, float] = field(default_factory=dict)
+    """Expected number of target passes after the first with each chunk size."""
+    output_tokens: int = 0
+
+    @property
+    def acceptance_rate(self) -> float | None:
+        return self.accepted / self.drafted if self.drafted else None
+
+    def chunk_histogram(self) -> dict[int, float]:
+        return dict(self.later_chunks)
+
+    def draft_steps_round0(self) -> int:
+        return self.first_chunk - 1 if self.draft_passes else 0
+
+
+def _check(lookahead: int, prompt_len: int, output_len: int, max_length: int) -> None:
+    if lookahead < 1:
+        raise ValueError(f"lookahead must be >= 1, got {lookahead}")
+    if prompt_len < 1:
+        raise ValueError(f"prompt_len must be >= 1, got {prompt_len}")
+    if prompt_len + output_len > max_length:
+        raise ValueError(f"prompt ({prompt_len}) + output ({output_len}) exceeds max_length ({max_length})")
+
+
+def simulate_baseline(output_len: int) -> SimResult:
+    """Plain greedy decoding: one target pass per output token (the first is the prefill)."""
+    return SimResult(
+        target_passes=output_len, draft_passes=0, drafted=0, chunks=[1] * output_len, output_tokens=output_len
+    )
+
+
+def simulate_draft(
+    agree: Sequence[bool],
+    lookahead: int,
+    *,
+    prompt_len: int,
+    max_length: int,
+    draft_eos: Sequence[bool] | None = None,
+) -> SimResult:
+    """Replay assisted generation with a draft model (or an early exit) over the target's greedy output.
+
+    `agree[i]`: the draft's greedy prediction for output position i, given the target's prompt + output[:i],
+    equals the target's output token i. `len(agree)` is the target's output length. `max_length` is the
+    total length limit (prompt + max_new_tokens). `draft_eos[i]`: the draft's prediction at i is an EOS token
+    (the draft's own `generate` stops after emitting one, which shortens the round); when omitted, the draft
+    is taken to emit EOS only where it agrees with a target output that ended with EOS.
+
+    Per round (transformers `AssistedCandidateGenerator` + `_assisted_decoding`): the draft proposes
+    m = min(k, max_length - cur_len - 1) tokens, one forward each, stopping early after an EOS; the target
+    verifies them in one pass (the first pass is the prefill of prompt + candidates), keeps the run of
+    agreeing candidates and adds one token of its own. Draft predictions after the first disagreement of a
+    round are unknown here (they follow the draft's own wrong prefix); they are assumed not to be EOS.
+    """
+    n_out = len(agree)
+    _check(lookahead, prompt_len, n_out, max_length)
+    ended_by_eos = prompt_len + n_out < max_length
+
+    def is_eos(pos: int) -> bool:
+        if draft_eos is not None:
+            return bool(draft_eos[pos])
+        return bool(agree[pos]) and pos == n_out - 1 and ended_by_eos
+
+    result = SimResult(target_passes=0, draft_passes=0, drafted=0, output_tokens=n_out)
+    done = 0
+    while done < n_out:
+        cur_len = prompt_len + done
+        budget = min(lookahead, max_length - cur_len - 1)
+        proposed = 0
+        matched = 0
+        run_intact = True
+        for j in range(budget):
+            pos = done + j
+            proposed += 1
+            if not run_intact or pos >= n_out:
+                continue  # predictions on the draft's own (wrong) prefix: unknown, assumed not EOS
+            if agree[pos]:
+                matched += 1
+                if is_eos(pos):
+                    break
+            else:
+                run_intact = False
+                if is_eos(pos):
+                    break
+        new_tokens = min(matched + 1, n_out - done)
+        result.target_passes += 1
+        result.draft_passes += proposed
+        result.drafted += proposed
+        result.chunks.append(proposed + 1)
+        result.accepted_per_pass.append(new_tokens - 1)
+        done += new_tokens
+    return result
+
+
+def ngram_candidates(
+    ids: Sequence[int], lookahead: int, max_ngram: int, eos_ids: Collection[int], max_length: int
+) -> list[int]:
+    """Prompt lookup's candidates for the sequence `ids` (prompt + generated so far), as transformers'
+    `PromptLookupCandidateGenerator` picks them: n-gram sizes from min(max_ngram, len-1) down to 1; for each,
+    the left-most earlier occurrence of the sequence's last n tokens whose continuation is non-empty; the
+    continuation is at most `lookahead` tokens, cut at the sequence's end and before the first EOS. An
+    empty cut continuation still ends the search (no fallback to a shorter n-gram)."""
+    length = len(ids)
+    if max_length == length + 1:
+        return []
+    for size in range(min(max_ngram, length - 1), 0, -1):
+        tail = list(ids[length - size :])
+        for start in range(0, length - size + 1):
+            if list(ids[start : start + size]) != tail:
+                continue
+            begin = start + size
+            end = min(begin + lookahead, length, max_length)
+            if begin >= end:
+                continue
+            chosen = list(ids[begin:end])
+            for j, tok in enumerate(chosen):
+                if tok in eos_ids:
+                    return chosen[:j]
+            return chosen
+    return []
+
+
+def simulate_ngram(
+    prompt_ids: Sequence[int],
+    output_ids: Sequence[int],
+    lookahead: int,
+    max_ngram: int,
+    eos_ids: Collection[int],
+    max_length: int,
+) -> SimResult:
+    """Replay prompt lookup decoding over the target's greedy output (token ids): candidates from
+    `ngram_candidates`, verified by one target pass, the agreeing run kept plus one target token, cut at
+    `max_length` and at the output's end. No draft model runs (`draft_passes` = 0)."""
+    prompt_len, n_out = len(prompt_ids), len(output_ids)
+    _check(lookahead, prompt_len, n_out, max_length)
+    if max_ngram < 1:
+        raise ValueError(f"max_ngram must be >= 1, got {max_ngram}")
+    eos = set(eos_ids)
+    seq = list(prompt_ids)
+    result = SimResult(target_passes=0, draft_passes=0, drafted=0, output_tokens=n_out)
+    done = 0
+    while done < n_out:
+        candidates = ngram_candidates(seq, lookahead, max_ngram, eos, max_length)
+        matched = 0
+        for j, tok in enumerate(candidates):
+            pos = done + j
+            if pos >= n_out or output_ids[pos] != tok:
+                break
+            matched += 1
+        new_tokens = min(matched + 1, n_out - done, max_length - len(seq))
+        result.target_passes += 1
+        result.drafted += len(candidates)
+        result.chunks.append(len(candidates) + 1)
+        result.accepted_per_pass.append(new_tokens - 1)
+        seq.extend(output_ids[done : done + new_tokens])
+        done += new_tokens
+    return result
+
+
+def expected_sampled(
+    accept_probs: Sequence[float],
+    lookahead: int,
+    *,
+    prompt_len: int,
+    max_length: int,
+    drafts_with_model: bool = True,
+) -> ExpectedSimResult:
+    """Expected pass counts of speculative sampling over an output of `len(accept_probs)` tokens.
+
+    `accept_probs[i]` is the probability that the candidate for output position i is accepted given the
+    target's prefix: sum_x min(p(x), q(x)) for a draft model (p: target, q: draft, after temperature/top-p),
+    p(candidate) for a fixed candidate such as prompt lookup's. Acceptances are treated as independent
+    across positions (the usual approximation, exact when the draft's distribution does not depend on the
+    sampled path). A round from position g drafts m = min(k, max_length - cur_len - 1) tokens, keeps the
+    accepted run and adds one target token; the expectation is a dynamic programme over g. With
+    `drafts_with_model=False` (prompt lookup) the draft runs no forwards.
+    """
+    n_out = len(accept_probs)
+    _check(lookahead, prompt_len, n_out, max_length)
+    if n_out == 0:
+        return ExpectedSimResult(0.0, 0.0, 0.0, 0.0, first_chunk=1)
+    probs = [min(max(float(p), 0.0), 1.0) for p in accept_probs]
+    # reach[g]: probability that some round starts at output position g.
+    reach = [0.0] * (n_out + 1)
+    reach[0] = 1.0
+    exp = ExpectedSimResult(0.0, 0.0, 0.0, 0.0, first_chunk=1, output_tokens=n_out)
+    for start in range(n_out):
+        weight = reach[start]
+        if weight == 0.0:
+            continue
+        budget = max(min(lookahead, max_length - (prompt_len + start) - 1), 0)
+        if start == 0:
+            exp.first_chunk = budget + 1
+        else:
+            exp.later_chunks[budget + 1] = exp.later_chunks.get(budget + 1, 0.0) + weight
+        exp.target_passes += weight
+        exp.drafted += weight * budget
+        if drafts_with_model:
+            exp.draft_passes += weight * budget
+        # P(exactly j candidates accepted), j = 0..budget; past the output's end the run cannot grow.
+        survive = 1.0
+        for j in range(budget + 1):
+            last = j == budget or start + j >= n_out
+            p_exact = survive if last else survive * (1.0 - probs[start + j])
+            new_tokens = min(j + 1, n_out - start)
+            exp.accepted += weight * p_exact * (new_tokens - 1)
+            reach[start + new_tokens] += weight * p_exact
+            if last:
+                break
+            survive *= probs[start + j]
+    return exp
