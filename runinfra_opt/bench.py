@@ -222,16 +222,11 @@ class BenchResult:
         }
 
 
-def load_workload_spec(spec: str) -> Workload:
-    """A workload by bundled name or path (the workload package's loader)."""
-    import importlib
+def load_workload_spec(spec: str, *, max_tokens: int) -> Workload:
+    """A workload by bundled name or path; requests without their own max_tokens get `max_tokens`."""
+    from runinfra_opt.workload import load_workload
 
-    module = importlib.import_module("runinfra_opt.workload")
-    loader = getattr(module, "load_workload", None)
-    if loader is None:  # the workload loader lands separately; until then only Request objects work
-        raise UserInputError(f"--workload {spec}: workload loading is not available in this build")
-    workload: Workload = loader(spec)
-    return workload
+    return load_workload(spec, default_max_tokens=max_tokens)
 
 
 def run_bench(
@@ -251,7 +246,7 @@ def run_bench(
     if config.repeat < 1:
         raise UserInputError(f"--repeat {config.repeat}: must be >= 1")
     if workload is None:
-        workload = load_workload_spec(config.workload)
+        workload = load_workload_spec(config.workload, max_tokens=config.max_tokens)
     requests = list(workload.requests[: config.requests] if config.requests else workload.requests)
     target = load_model(config.target, device=config.device, dtype=config.dtype)
     drafts = {}

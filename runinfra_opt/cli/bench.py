@@ -1,0 +1,91 @@
+"""`runinfra-opt bench`: time one variant (and the baseline) over a workload and print aggregate figures."""
+
+from __future__ import annotations
+
+import json
+
+import typer
+from rich.console import Console
+
+from runinfra_opt.cli.app import app, err_console, handle_errors
+
+
+@app.command()
+@handle_errors
+def bench(
+    method: str = typer.Option(..., "--method", help="baseline, ngram, early_exit or draft."),
+    lookahead: int | None = typer.Option(None, "--lookahead", help="Tokens drafted per target pass (k)."),
+    workload: str = typer.Option("mixed", "--workload", help="Bundled workload name or a workload file."),
+    target: str = typer.Option("default", "--target", help="default, a model directory, a .gguf file or a hub id."),
+    draft: str | None = typer.Option(None, "--draft", help="Draft model for --method draft."),
+    ngram_max: int = typer.Option(2, "--ngram-max", help="Prompt lookup's max n-gram match size."),
+    exit_layer: int | None = typer.Option(None, "--exit-layer", help="Layer that drafts, for --method early_exit."),
+    requests: int | None = typer.Option(None, "--requests", help="Use only the first N requests."),
+    repeat: int = typer.Option(1, "--repeat", help="Time every request this many times."),
+    vs_baseline: bool = typer.Option(False, "--vs-baseline", help="Also time the baseline, interleaved."),
+    as_json: bool = typer.Option(False, "--json", help="Print the results as JSON on stdout."),
+    device: str = typer.Option("auto", "--device", help="auto, cpu or cuda[:N]."),
+    dtype: str = typer.Option("auto", "--dtype", help="auto, float32, bfloat16 or float16."),
+    threads: int | None = typer.Option(None, "--threads", help="CPU threads for torch (default: torch's)."),
+    max_tokens: int = typer.Option(
+        128, "--max-tokens", help="Max new tokens per request (a request's own max_tokens caps it further)."
+    ),
+    skip_too_long: bool = typer.Option(
+        False, "--skip-too-long", help="Skip requests longer than the target's context instead of failing."
+    ),
+    allow_tokenizer_mismatch: bool = typer.Option(
+        False, "--allow-tokenizer-mismatch", help="Run a draft with another tokenizer (universal assisted generation)."
+    ),
+) -> None:
+    """Time one variant over a workload, one request at a time, and print TTFT/TPOT/e2e percentiles,
+    tokens/s, acceptance and losslessness (and the speedup over the baseline with --vs-baseline)."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from runinfra_opt.bench import BenchConfig, bench_notes, bench_table, make_variant, run_bench
+
+    variant = make_variant(method, lookahead=lookahead, draft=draft, ngram_max=ngram_max, exit_layer=exit_layer)
+    config = BenchConfig(
+        variant=variant,
+        workload=workload,
+        target=target,
+        draft=draft,
+        requests=requests,
+        repeat=repeat,
+        vs_baseline=vs_baseline,
+        device=device,
+        dtype=dtype,
+        threads=threads,
+        max_tokens=max_tokens,
+        skip_too_long=skip_too_long,
+        allow_tokenizer_mismatch=allow_tokenizer_mismatch,
+    )
+    _quiet_transformers()
+    with Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=err_console,
+        transient=True,
+    ) as bar:
+        task = bar.add_task("loading", total=None)
+
+        def on_progress(done: int, total: int, label: str) -> None:
+            bar.update(task, completed=done, total=total, description=label)
+
+        result = run_bench(config, progress=on_progress)
+    if as_json:
+        typer.echo(json.dumps(result.to_dict(), indent=2))
+        return
+    out = Console(highlight=False)
+    out.print(bench_table(result))
+    for line in bench_notes(result):
+        out.print(line, markup=False)
+
+
+def _quiet_transformers() -> None:
+    """transformers' own load bars and once-only notices would interleave with the progress bar."""
+    from transformers.utils import logging
+
+    logging.set_verbosity_error()
+    logging.disable_progress_bar()
