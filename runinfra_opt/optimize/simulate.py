@@ -98,7 +98,8 @@ def _check(lookahead: int, prompt_len: int, output_len: int, max_length: int) ->
 
 
 def simulate_baseline(output_len: int) -> SimResult:
-    """Plain greedy decoding: one target pass per output token (the first is the prefill)."""
+    """Plain greedy decoding: one target pass per output token (the first is the prefill). Like the engine's
+    records, a baseline has no `accepted_per_pass`."""
     return SimResult(
         target_passes=output_len, draft_passes=0, drafted=0, chunks=[1] * output_len, output_tokens=output_len
     )

@@ -1,0 +1,312 @@
+"""The cost model: what one request takes under one variant, from simulated pass counts and measured forwards.
+
+Built from measured samples (`optimize.measure_cost` measures them on this device): per model role
+(`target`, `draft:<spec>`, `early_exit:<layer>`) a table of forward times over k new tokens (a table, not a
+formula: on a CPU verification is not free and the time is not monotonic in k), an optional slope in the
+context length, and prefill times over prompt lengths (piecewise linear). Per-request and per-step
+overheads of the generate loop come from the baseline's own timings (`calibrate_overheads`).
+
+`predict_request` turns a `SimResult` into (TTFT, end-to-end) seconds:
+- TTFT = overhead + [draft prefill of the prompt + the draft's further steps of round 0] + the target's
+  prefill over prompt + round-0 candidates;
+- e2e = TTFT + for every later round: T(chunk, context) + the draft's steps (its first forward of a round
+  re-reads 2 tokens, then 1 each) + step overheads.
+"""
+
+from __future__ import annotations
+
+import statistics
+from bisect import bisect_left
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from runinfra_opt.optimize.simulate import ExpectedSimResult, SimResult
+from runinfra_opt.variants import Variant
+
+
+class CostSampleLike(Protocol):
+    """One measured median (see `optimize.measure_cost.CostSample`)."""
+
+    @property
+    def role(self) -> str: ...
+    @property
+    def kind(self) -> str: ...
+    @property
+    def tokens(self) -> int: ...
+    @property
+    def context(self) -> int: ...
+    @property
+    def seconds(self) -> float: ...
+
+
+def _interpolate(points: Sequence[tuple[float, float]], x: float) -> float:
+    """Piecewise-linear through sorted (x, y) points; linear extrapolation with the end segments (a single
+    point is a constant). Never below 0."""
+    if not points:
+        raise ValueError("no points to interpolate")
+    if len(points) == 1:
+        return max(points[0][1], 0.0)
+    xs = [p[0] for p in points]
+    i = bisect_left(xs, x)
+    if i < len(xs) and xs[i] == x:
+        return max(points[i][1], 0.0)
+    lo, hi = (0, 1) if i <= 0 else (len(points) - 2, len(points) - 1) if i >= len(points) else (i - 1, i)
+    (x0, y0), (x1, y1) = points[lo], points[hi]
+    return max(y0 + (y1 - y0) * (x - x0) / (x1 - x0), 0.0)
+
+
+@dataclass
+class RoleCost:
+    """Measured costs of one model role on this device."""
+
+    forward_s: dict[int, float]
+    """Seconds of a forward over k new tokens with a KV cache of `ref_context` tokens, per measured k."""
+    prefill_s: dict[int, float]
+    """Seconds of a prefill (empty cache) over n prompt tokens, per measured n."""
+    ref_context: int = 0
+    context_slope_s: float = 0.0
+    """Extra seconds per token of KV cache beyond `ref_context` (>= 0; median over k)."""
+
+    def forward(self, tokens: int, context: int | None = None) -> float:
+        """A forward over `tokens` new tokens: the measured value, linear between measured k, flat-extended
+        by the end segments outside them; plus the context slope."""
+        points = sorted((float(k), v) for k, v in self.forward_s.items())
+        base = self.forward_s.get(tokens)
+        if base is None:
+            base = _interpolate(points, float(tokens))
+        extra = self.context_slope_s * max((context if context is not None else self.ref_context) - self.ref_context, 0)
+        return base + extra
+
+    def prefill(self, tokens: int) -> float:
+        """A prefill over `tokens` prompt tokens, piecewise linear over the measured lengths. Below the smallest
+        measured length it interpolates from a one-token forward at (1, forward(1))."""
+        points = sorted((float(n), v) for n, v in self.prefill_s.items())
+        if not points:
+            return self.forward(tokens, 0)
+        if tokens < points[0][0] and self.forward_s:
+            points = [(1.0, self.forward(1, 0))] + points
+        return _interpolate(points, float(tokens))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "forward_s": {str(k): v for k, v in sorted(self.forward_s.items())},
+            "prefill_s": {str(k): v for k, v in sorted(self.prefill_s.items())},
+            "ref_context": self.ref_context,
+            "context_slope_s": self.context_slope_s,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> RoleCost:
+        return cls(
+            forward_s={int(k): float(v) for k, v in data.get("forward_s", {}).items()},
+            prefill_s={int(k): float(v) for k, v in data.get("prefill_s", {}).items()},
+            ref_context=int(data.get("ref_context", 0)),
+            context_slope_s=float(data.get("context_slope_s", 0.0)),
+        )
+
+
+@dataclass
+class CostModel:
+    """Measured costs of every role plus generate-loop overheads. JSON-serialisable (`to_dict`/`from_dict`)."""
+
+    roles: dict[str, RoleCost]
+    request_overhead_s: float = 0.0
+    """Fixed cost of a request outside forward passes (tokenizer, generate set-up, streamer)."""
+    step_overhead_s: float = 0.0
+    """Python cost of one generate-loop step beyond the bare forward (logits processing, stopping checks)."""
+    round_overhead_s: dict[str, float] = field(default_factory=dict)
+    """Extra cost of one speculative round per method (`draft`, `early_exit`, `ngram`): candidate generation
+    bookkeeping, the draft's own generate() call, cache crops. 0 until calibrated."""
+
+    def role(self, name: str) -> RoleCost:
+        try:
+            return self.roles[name]
+        except KeyError:
+            raise KeyError(f"cost model has no measurements for {name!r}; measured: {', '.join(self.roles)}") from None
+
+    @property
+    def target(self) -> RoleCost:
+        return self.role("target")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "roles": {name: cost.to_dict() for name, cost in self.roles.items()},
+            "request_overhead_s": self.request_overhead_s,
+            "step_overhead_s": self.step_overhead_s,
+            "round_overhead_s": dict(self.round_overhead_s),
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> CostModel:
+        return cls(
+            roles={name: RoleCost.from_dict(cost) for name, cost in data.get("roles", {}).items()},
+            request_overhead_s=float(data.get("request_overhead_s", 0.0)),
+            step_overhead_s=float(data.get("step_overhead_s", 0.0)),
+            round_overhead_s={k: float(v) for k, v in data.get("round_overhead_s", {}).items()},
+        )
+
+
+def role_for(variant: Variant) -> str | None:
+    """The cost-model role that drafts for `variant` (None: no drafting model)."""
+    if variant.method == "draft":
+        return f"draft:{variant.draft}"
+    if variant.method == "early_exit":
+        return f"early_exit:{variant.exit_layer}"
+    return None
+
+
+def _fit_role(samples: Sequence[CostSampleLike]) -> RoleCost:
+    forward = [s for s in samples if s.kind == "forward"]
+    prefill = {s.tokens: s.seconds for s in samples if s.kind == "prefill"}
+    by_k: dict[int, dict[int, float]] = {}
+    for s in forward:
+        by_k.setdefault(s.tokens, {})[s.context] = s.seconds
+    contexts = sorted({s.context for s in forward})
+    ref = contexts[0] if contexts else 0
+    slopes = []
+    for per_context in by_k.values():
+        cs = sorted(per_context)
+        if len(cs) >= 2 and cs[-1] > cs[0]:
+            slopes.append((per_context[cs[-1]] - per_context[cs[0]]) / (cs[-1] - cs[0]))
+    # Timing noise can make a slope negative; the cache never makes a pass faster, so clamp at 0.
+    slope = max(statistics.median(slopes), 0.0) if slopes else 0.0
+    table = {
+        k: statistics.fmean(max(t - slope * (c - ref), 0.0) for c, t in per_context.items())
+        for k, per_context in by_k.items()
+    }
+    return RoleCost(forward_s=table, prefill_s=prefill, ref_context=ref, context_slope_s=slope)
+
+
+def fit_cost_model(samples: Iterable[CostSampleLike]) -> CostModel:
+    """Group measured samples by role and fit each: a forward table at the smallest measured context (values
+    at other contexts are brought back with the fitted slope and averaged), the median slope over k, and the
+    prefill points. Overheads start at 0: see `calibrate_overheads`."""
+    by_role: dict[str, list[CostSampleLike]] = {}
+    for s in samples:
+        if s.seconds < 0 or s.tokens < 1:
+            raise ValueError(f"bad cost sample for {s.role}: {s.tokens} tokens, {s.seconds} s")
+        by_role.setdefault(s.role, []).append(s)
+    if "target" not in by_role:
+        raise ValueError("cost samples have no `target` role")
+    return CostModel(roles={role: _fit_role(group) for role, group in by_role.items()})
+
+
+@dataclass(frozen=True)
+class Observation:
+    """One measured baseline request: the input of `calibrate_overheads`."""
+
+    prompt_tokens: int
+    output_tokens: int
+    ttft_s: float
+    e2e_s: float
+
+
+def calibrate_overheads(cost: CostModel, baseline: Iterable[Observation]) -> CostModel:
+    """Set `request_overhead_s` and `step_overhead_s` from measured greedy baseline requests: the median of
+    (TTFT - prefill(P)) and the median per-step residual of (e2e - TTFT - sum of one-token forwards). The step
+    overhead may come out negative when the bare forward table over-estimates in-loop passes; the sum of a
+    step stays >= 0 in prediction."""
+    target = cost.target
+    ttft_residuals, step_residuals = [], []
+    for obs in baseline:
+        ttft_residuals.append(obs.ttft_s - target.prefill(obs.prompt_tokens))
+        steps = obs.output_tokens - 1
+        if steps > 0:
+            forwards = sum(target.forward(1, obs.prompt_tokens + i) for i in range(1, steps + 1))
+            step_residuals.append((obs.e2e_s - obs.ttft_s - forwards) / steps)
+    return CostModel(
+        roles=cost.roles,
+        request_overhead_s=max(statistics.median(ttft_residuals), 0.0) if ttft_residuals else cost.request_overhead_s,
+        step_overhead_s=statistics.median(step_residuals) if step_residuals else cost.step_overhead_s,
+        round_overhead_s=dict(cost.round_overhead_s),
+    )
+
+
+def _rounds(sim: SimResult, prompt_len: int) -> list[tuple[int, int]]:
+    """(chunk, context before the pass) for every target pass (the baseline records no accepted counts: 0)."""
+    out, context = [], prompt_len
+    for i, chunk in enumerate(sim.chunks):
+        out.append((chunk, context))
+        context += (sim.accepted_per_pass[i] if i < len(sim.accepted_per_pass) else 0) + 1
+    return out
+
+
+def _draft_round(role: RoleCost, drafted: int, context: int, overhead: float) -> float:
+    """A later round's drafting: the first forward re-reads 2 tokens, the rest 1 each."""
+    if drafted <= 0:
+        return 0.0
+    total = role.forward(2, context) + overhead
+    total += sum(role.forward(1, context + j) + overhead for j in range(1, drafted))
+    return total
+
+
+def predict_request(
+    sim: SimResult | ExpectedSimResult, prompt_len: int, cost: CostModel, variant: Variant
+) -> tuple[float, float]:
+    """Predicted (TTFT, end-to-end) seconds of one request under `variant`, from its simulated passes."""
+    target = cost.target
+    step = cost.step_overhead_s
+    role_name = role_for(variant)
+    drafter = cost.role(role_name) if role_name else None
+    round_extra = cost.round_overhead_s.get(variant.method, 0.0) if variant.is_speculative else 0.0
+    if sim.output_tokens == 0:
+        return cost.request_overhead_s, cost.request_overhead_s
+
+    # Round 0: draft prefill + its further steps, then the target's prefill over prompt + candidates.
+    first_drafted = sim.first_chunk - 1
+    ttft = cost.request_overhead_s + round_extra
+    if drafter is not None and first_drafted > 0:
+        ttft += drafter.prefill(prompt_len) + step
+        ttft += sum(max(drafter.forward(1, prompt_len + j) + step, 0.0) for j in range(1, first_drafted))
+    ttft += target.prefill(prompt_len + first_drafted)
+
+    decode = 0.0
+    if isinstance(sim, SimResult):
+        for chunk, context in _rounds(sim, prompt_len)[1:]:
+            decode += max(target.forward(chunk, context) + step, 0.0) + round_extra
+            if drafter is not None:
+                decode += _draft_round(drafter, chunk - 1, context, step)
+    else:
+        # Expected counts: chunk sizes are known in expectation only; use the mean context.
+        context = prompt_len + sim.output_tokens // 2
+        for chunk, weight in sim.later_chunks.items():
+            per_round = max(target.forward(chunk, context) + step, 0.0) + round_extra
+            if drafter is not None:
+                per_round += _draft_round(drafter, chunk - 1, context, step)
+            decode += weight * per_round
+    return ttft, ttft + decode
+
+
+def calibrate_round_overhead(
+    cost: CostModel, method: str, runs: Iterable[tuple[SimResult, int, Variant, float]]
+) -> CostModel:
+    """Set `round_overhead_s[method]` from measured speculative runs: (sim, prompt_len, variant, measured e2e).
+    The median of (measured - predicted without round overhead) / target passes."""
+    base = CostModel(
+        roles=cost.roles,
+        request_overhead_s=cost.request_overhead_s,
+        step_overhead_s=cost.step_overhead_s,
+        round_overhead_s={k: v for k, v in cost.round_overhead_s.items() if k != method},
+    )
+    residuals = []
+    for sim, prompt_len, variant, e2e in runs:
+        if sim.target_passes:
+            _, predicted = predict_request(sim, prompt_len, base, variant)
+            residuals.append((e2e - predicted) / sim.target_passes)
+    if residuals:
+        base.round_overhead_s[method] = max(statistics.median(residuals), 0.0)
+    return base
+
+
+def ideal_speedup(acceptance: float, lookahead: int, cost_ratio: float) -> float:
+    """Leviathan et al. (2023), eq. for the expected wall-time improvement of speculative decoding: with
+    per-token acceptance rate a, lookahead k and draft/target cost ratio c,
+    (1 - a^(k+1)) / ((1 - a)(k c + 1)). Assumes verification of k+1 tokens costs one target step, which is
+    not true on a CPU (see the measured T(k)); for docs and sanity checks only."""
+    if not 0.0 <= acceptance <= 1.0:
+        raise ValueError(f"acceptance must be in [0, 1], got {acceptance}")
+    if lookahead < 1 or cost_ratio < 0:
+        raise ValueError("lookahead must be >= 1 and cost_ratio >= 0")
+    tokens = lookahead + 1 if acceptance == 1.0 else (1 - acceptance ** (lookahead + 1)) / (1 - acceptance)
+    return tokens / (lookahead * cost_ratio + 1)

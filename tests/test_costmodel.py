@@ -1,0 +1,149 @@
+"""Cost model: fitting measured samples, predicting requests from simulated passes, calibration."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+import pytest
+
+from runinfra_opt.optimize.costmodel import (
+    CostModel,
+    Observation,
+    calibrate_overheads,
+    calibrate_round_overhead,
+    fit_cost_model,
+    ideal_speedup,
+    predict_request,
+)
+from runinfra_opt.optimize.simulate import expected_sampled, simulate_baseline, simulate_draft, simulate_ngram
+from runinfra_opt.variants import BASELINE, Variant
+
+
+@dataclass(frozen=True)
+class Sample:
+    role: str
+    kind: str
+    tokens: int
+    context: int
+    seconds: float
+
+
+# A non-monotonic target table (like the measured CPU one: k=3 slower than k=4), a context slope of 1e-5 s/token.
+TARGET_T = {1: 0.060, 2: 0.099, 3: 0.125, 4: 0.095, 5: 0.096, 9: 0.110}
+SLOPE = 1e-5
+
+
+def _samples() -> list[Sample]:
+    out = []
+    for k, t in TARGET_T.items():
+        for context in (64, 256):
+            out.append(Sample("target", "forward", k, context, t + SLOPE * (context - 64)))
+    out += [Sample("target", "prefill", n, 0, s) for n, s in ((16, 0.05), (64, 0.15), (256, 0.45))]
+    out += [Sample("draft:tiny", "forward", k, 64, 0.01 * k) for k in (1, 2, 4)]
+    out += [Sample("draft:tiny", "prefill", n, 0, s) for n, s in ((16, 0.02), (256, 0.10))]
+    return out
+
+
+def test_fit_keeps_the_measured_table_and_slope() -> None:
+    cost = fit_cost_model(_samples())
+    target = cost.target
+    for k, t in TARGET_T.items():
+        assert target.forward(k) == pytest.approx(t)
+    assert target.forward(3) > target.forward(4), "the table is not forced to be monotonic"
+    assert target.context_slope_s == pytest.approx(SLOPE)
+    assert target.forward(1, 1064) == pytest.approx(0.060 + SLOPE * 1000)
+    # between measured k: linear; beyond: extended with the last segment
+    assert target.forward(7) == pytest.approx(0.096 + (0.110 - 0.096) * 2 / 4)
+    # prefill: piecewise linear between measured lengths, extrapolated beyond
+    assert target.prefill(64) == pytest.approx(0.15)
+    assert target.prefill(160) == pytest.approx(0.30)
+    assert target.prefill(512) == pytest.approx(0.45 + 0.30 / 192 * 256)
+
+
+def test_negative_context_slope_is_clamped() -> None:
+    samples = [Sample("target", "forward", 1, 64, 0.06), Sample("target", "forward", 1, 256, 0.05)]
+    cost = fit_cost_model(samples)
+    assert cost.target.context_slope_s == 0.0
+
+
+def test_fit_requires_a_target() -> None:
+    with pytest.raises(ValueError, match="target"):
+        fit_cost_model([Sample("draft:x", "forward", 1, 0, 0.01)])
+
+
+def test_round_trips_through_json() -> None:
+    cost = fit_cost_model(_samples())
+    cost.request_overhead_s = 0.003
+    cost.round_overhead_s["draft"] = 0.004
+    again = CostModel.from_dict(json.loads(json.dumps(cost.to_dict())))
+    assert again == cost
+
+
+def test_baseline_prediction_is_prefill_plus_one_token_steps() -> None:
+    cost = fit_cost_model(_samples())
+    cost.request_overhead_s, cost.step_overhead_s = 0.002, 0.001
+    ttft, e2e = predict_request(simulate_baseline(5), 64, cost, BASELINE)
+    assert ttft == pytest.approx(0.002 + 0.15)
+    expected_decode = sum(0.060 + SLOPE * i + 0.001 for i in range(1, 5))
+    assert e2e == pytest.approx(ttft + expected_decode)
+
+
+def test_draft_prediction_counts_draft_steps_and_chunks() -> None:
+    cost = fit_cost_model(_samples())
+    variant = Variant("draft", lookahead=2, draft="tiny")
+    sim = simulate_draft([True, True, True, True, True, True], 2, prompt_len=16, max_length=100, draft_eos=[False] * 6)
+    assert sim.chunks == [3, 3]
+    ttft, e2e = predict_request(sim, 16, cost, variant)
+    # round 0: draft prefill(16) + 1 more draft step, then target prefill over 16 + 2 tokens
+    draft = cost.role("draft:tiny")
+    assert ttft == pytest.approx(0.02 + draft.forward(1) + cost.target.prefill(18))
+    # round 1 at context 19: target T(3) + draft steps (2 tokens, then 1)
+    assert e2e - ttft == pytest.approx(cost.target.forward(3, 19) + draft.forward(2) + draft.forward(1))
+
+
+def test_ngram_and_expected_predictions_have_no_draft_cost() -> None:
+    cost = fit_cost_model(_samples())
+    variant = Variant("ngram", lookahead=4, ngram_max=2)
+    sim = simulate_ngram([5, 6, 7, 5, 6], [7, 5, 6, 7, 9, 9, 9], 4, 2, {2}, 100)
+    assert sim.chunks == [4, 5, 1, 2]
+    ttft, e2e = predict_request(sim, 5, cost, variant)
+    assert ttft == pytest.approx(cost.target.prefill(5 + 3))
+    t = cost.target
+    assert e2e - ttft == pytest.approx(t.forward(5, 9) + t.forward(1, 10) + t.forward(2, 11))
+    exp = expected_sampled([0.5] * 10, 2, prompt_len=16, max_length=100)
+    ttft_s, e2e_s = predict_request(exp, 16, cost, Variant("draft", lookahead=2, draft="tiny"))
+    assert 0 < ttft_s < e2e_s
+
+
+def test_unknown_draft_role_is_a_clear_error() -> None:
+    cost = fit_cost_model(_samples())
+    with pytest.raises(KeyError, match="draft:other"):
+        predict_request(simulate_baseline(3), 16, cost, Variant("draft", lookahead=2, draft="other"))
+
+
+def test_calibration_recovers_overheads() -> None:
+    truth = fit_cost_model(_samples())
+    truth.request_overhead_s, truth.step_overhead_s = 0.004, 0.0015
+    observations = []
+    for prompt, n in ((20, 10), (64, 30), (200, 5)):
+        ttft, e2e = predict_request(simulate_baseline(n), prompt, truth, BASELINE)
+        observations.append(Observation(prompt, n, ttft, e2e))
+    fitted = calibrate_overheads(fit_cost_model(_samples()), observations)
+    assert fitted.request_overhead_s == pytest.approx(0.004)
+    assert fitted.step_overhead_s == pytest.approx(0.0015)
+
+    variant = Variant("draft", lookahead=2, draft="tiny")
+    truth.round_overhead_s["draft"] = 0.003
+    sim = simulate_draft([True, False] * 8, 2, prompt_len=30, max_length=100)
+    _, e2e = predict_request(sim, 30, truth, variant)
+    rounded = calibrate_round_overhead(fitted, "draft", [(sim, 30, variant, e2e)])
+    assert rounded.round_overhead_s["draft"] == pytest.approx(0.003)
+
+
+def test_ideal_speedup_formula() -> None:
+    assert ideal_speedup(0.0, 4, 0.1) == pytest.approx(1 / 1.4)
+    assert ideal_speedup(1.0, 4, 0.0) == pytest.approx(5.0)
+    assert ideal_speedup(0.8, 4, 0.0) == pytest.approx((1 - 0.8**5) / 0.2)
+    with pytest.raises(ValueError, match="acceptance"):
+        ideal_speedup(1.5, 2, 0.1)
