@@ -1,0 +1,169 @@
+"""The typed configuration of one `optimize` run: what the CLI parsed, validated, and what a resume restores."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any, Literal
+
+from runinfra_opt.errors import UserInputError
+from runinfra_opt.variants import METHODS, Method
+
+Priority = Literal["throughput", "ttft"]
+Strategy = Literal["predictive", "exhaustive"]
+
+PRIORITIES: dict[str, Priority] = {"throughput": "throughput", "ttft": "ttft", "first-token-latency": "ttft"}
+STRATEGIES: tuple[Strategy, ...] = ("predictive", "exhaustive")
+PERCENTILES = ("p50", "p90", "p95", "p99")
+
+DEFAULT_BUDGET_MINUTES = 6.0
+"""Planned time for measuring (cost model, baseline, profiling, confirmation). With model loading and the
+margins of the plan, `optimize --priority throughput` with no other argument ends in under 10 minutes on a
+2-core CPU."""
+DEFAULT_CONFIRM = 3
+DEFAULT_MIN_SPEEDUP = 1.05
+DEFAULT_RUNS_ROOT = Path(".runinfra") / "runs"
+
+
+def parse_priority(value: str) -> Priority:
+    try:
+        return PRIORITIES[value.strip().lower()]
+    except KeyError:
+        raise UserInputError(f"--priority {value}: unknown priority; available: {', '.join(PRIORITIES)}") from None
+
+
+def parse_methods(values: list[str] | tuple[str, ...] | None) -> tuple[Method, ...] | None:
+    """Methods from repeatable or comma-separated values; `baseline` is always measured and may be omitted."""
+    if not values:
+        return None
+    out: list[Method] = []
+    for value in values:
+        for item in value.split(","):
+            name = item.strip().replace("-", "_")  # `early-exit` and `early_exit` both work
+            if not name:
+                continue
+            if name not in METHODS:
+                raise UserInputError(f"--methods {item.strip()}: unknown method; available: {', '.join(METHODS)}")
+            if name not in out:
+                out.append(name)
+    return tuple(out) or None
+
+
+def parse_int_list(
+    option: str, values: list[str] | tuple[str, ...] | None, *, minimum: int = 1
+) -> tuple[int, ...] | None:
+    """Integers from repeatable or comma-separated values (`--lookahead 2,4 --lookahead 8`)."""
+    if not values:
+        return None
+    out: list[int] = []
+    for value in values:
+        for item in str(value).split(","):
+            item = item.strip()
+            if not item:
+                continue
+            try:
+                number = int(item)
+            except ValueError:
+                raise UserInputError(f"{option} {item}: expected an integer") from None
+            if number < minimum:
+                raise UserInputError(f"{option} {number}: must be >= {minimum}")
+            if number not in out:
+                out.append(number)
+    return tuple(sorted(out)) or None
+
+
+@dataclass(frozen=True)
+class OptimizeConfig:
+    """Everything that decides what an `optimize` run measures and how it picks. Stored in results.json."""
+
+    priority: Priority = "throughput"
+    workload: str | None = None
+    """Bundled workload name or a file path; None: the default bundled workload."""
+    workload_format: str | None = None
+    target: str = "default"
+    drafts: tuple[str, ...] = ()
+    methods: tuple[Method, ...] | None = None
+    """None: every method that applies (draft only with --draft)."""
+    lookaheads: tuple[int, ...] | None = None
+    """None: each method's default lookaheads (see `space`)."""
+    ngram_max: tuple[int, ...] | None = None
+    exit_layers: tuple[int, ...] | None = None
+    strategy: Strategy = "predictive"
+    confirm: int = DEFAULT_CONFIRM
+    repeats: int | None = None
+    """None: 2 or 3, by budget."""
+    percentile: str = "p95"
+    max_ttft_ms: float | None = None
+    max_ttft_regression: float | None = None
+    min_speedup: float = DEFAULT_MIN_SPEEDUP
+    require_speedup: bool = False
+    budget_minutes: float = DEFAULT_BUDGET_MINUTES
+    max_requests: int | None = None
+    """Hard cap on requests used (after the budget plan), e.g. for tests and benchmarks."""
+    max_tokens: int | None = None
+    """Cap on output tokens per request (requests keep their own max_tokens when smaller)."""
+    device: str = "auto"
+    dtype: str = "auto"
+    threads: int | None = None
+    seed: int = 0
+    remeasure_cost: bool = False
+    allow_tokenizer_mismatch: bool = False
+    skip_too_long: bool = False
+    run_dir: str | None = None
+    out: str = "runinfra-manifest.yaml"
+    runs_root: str = str(DEFAULT_RUNS_ROOT)
+    extra: dict[str, Any] = field(default_factory=dict, compare=False)
+    """Test and benchmark knobs that are not CLI options (recorded, never required)."""
+
+    def __post_init__(self) -> None:
+        if self.priority not in ("throughput", "ttft"):
+            raise UserInputError(f"--priority {self.priority}: unknown priority; available: {', '.join(PRIORITIES)}")
+        if self.strategy not in STRATEGIES:
+            raise UserInputError(f"--strategy {self.strategy}: expected one of {', '.join(STRATEGIES)}")
+        if self.percentile not in PERCENTILES:
+            raise UserInputError(f"--percentile {self.percentile}: expected one of {', '.join(PERCENTILES)}")
+        if self.confirm < 1:
+            raise UserInputError(f"--confirm {self.confirm}: must be >= 1")
+        if self.repeats is not None and self.repeats < 1:
+            raise UserInputError(f"--repeats {self.repeats}: must be >= 1")
+        if self.max_ttft_ms is not None and self.max_ttft_ms <= 0:
+            raise UserInputError(f"--max-ttft-ms {self.max_ttft_ms}: must be > 0")
+        if self.max_ttft_regression is not None and self.max_ttft_regression < 0:
+            raise UserInputError(f"--max-ttft-regression {self.max_ttft_regression}: must be >= 0 (e.g. 0.10)")
+        if self.min_speedup <= 0:
+            raise UserInputError(f"--min-speedup {self.min_speedup}: must be > 0 (e.g. 1.05)")
+        if self.budget_minutes <= 0:
+            raise UserInputError(f"--budget-minutes {self.budget_minutes}: must be > 0")
+        if self.max_tokens is not None and self.max_tokens < 1:
+            raise UserInputError(f"--max-tokens {self.max_tokens}: must be >= 1")
+        if self.max_requests is not None and self.max_requests < 1:
+            raise UserInputError(f"--max-requests {self.max_requests}: must be >= 1")
+        if self.threads is not None and self.threads < 1:
+            raise UserInputError(f"--threads {self.threads}: must be >= 1")
+        if self.methods is not None and "draft" in self.methods and not self.drafts:
+            raise UserInputError("--methods draft needs at least one --draft model")
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        for key, value in data.items():
+            if isinstance(value, tuple):
+                data[key] = list(value)
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> OptimizeConfig:
+        """Rebuild from results.json (unknown keys ignored: a newer file stays readable)."""
+        known = {f.name for f in fields(cls)}
+        kwargs: dict[str, Any] = {}
+        for key, value in data.items():
+            if key not in known:
+                continue
+            kwargs[key] = tuple(value) if isinstance(value, list) else value
+        return cls(**kwargs)
+
+    def with_changes(self, **changes: Any) -> OptimizeConfig:
+        return replace(self, **changes)
+
+    @property
+    def percentile_q(self) -> float:
+        return float(self.percentile.removeprefix("p"))

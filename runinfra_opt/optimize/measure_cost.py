@@ -1,0 +1,269 @@
+"""Measure what a forward pass costs on this device, for the cost model that predicts each variant's time.
+
+For the target: a forward over k = 1..17 new tokens with a KV cache already holding `context` tokens
+(verification of k-1 drafted tokens + 1), at two context lengths, and a prefill at several prompt lengths.
+For each draft: prefill and forwards of a few tokens (drafting is mostly one token at a time). For each
+early-exit layer L: the same as a draft, through the target's first L layers + norm + head (what
+transformers' early-exit drafting runs). Medians of a few runs after a warm-up; clocks read after a CUDA
+synchronize. Verification is not free on a CPU and T(k) is not monotonic in k, so it is a measured table.
+
+Measured samples are cached per model under `cache_dir()/costmodels/<model hash>-<device>-<dtype>-t<threads>.json`
+so later runs skip the measurement (`--remeasure-cost` forces it).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from runinfra_opt.models import cache_dir
+from runinfra_opt.results import atomic_write_text
+
+COST_CACHE_VERSION = 1
+TARGET_TOKENS = tuple(range(1, 18))
+"""k for the target's forward table: verifying up to 16 drafted tokens + 1."""
+DRAFT_TOKENS = (1, 2, 3, 4, 6, 8)
+CONTEXTS = (64, 256)
+PREFILL_LENGTHS = (16, 64, 128, 256, 512)
+
+
+@dataclass(frozen=True)
+class CostSample:
+    """One measured median: `role` is `target`, `draft:<spec>` or `early_exit:<layer>`."""
+
+    role: str
+    kind: str
+    """`forward` (k new tokens over a cache of `context`) or `prefill` (k prompt tokens, empty cache)."""
+    tokens: int
+    context: int
+    seconds: float
+    runs: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> CostSample:
+        return cls(
+            role=str(data["role"]),
+            kind=str(data["kind"]),
+            tokens=int(data["tokens"]),
+            context=int(data["context"]),
+            seconds=float(data["seconds"]),
+            runs=int(data.get("runs", 1)),
+        )
+
+
+def _sync(device: Any) -> None:
+    import torch
+
+    if getattr(device, "type", str(device)).startswith("cuda"):
+        torch.cuda.synchronize(device)
+
+
+def _timed(fn: Callable[[], Any], device: Any) -> float:
+    _sync(device)
+    start = time.perf_counter()
+    fn()
+    _sync(device)
+    return time.perf_counter() - start
+
+
+def _token_ids(vocab_size: int, n: int, offset: int = 0) -> list[int]:
+    """Deterministic, ordinary-looking token ids (content does not change the cost of a dense forward)."""
+    return [100 + (offset + 7919 * i) % max(1, vocab_size - 200) for i in range(n)]
+
+
+def _crop(cache: Any, length: int) -> None:
+    """Drop the tokens after `length` (this transformers' `crop` takes the negative count to remove)."""
+    extra = int(cache.get_seq_length()) - length
+    if extra > 0:
+        cache.crop(-extra)
+
+
+class _SubModel:
+    """Runs a model, or the target truncated to its first `layers` layers (transformers' early-exit rule:
+    the base model's `config.num_hidden_layers` bounds the decoder loop, and `norm` follows)."""
+
+    def __init__(self, module: Any, layers: int | None = None) -> None:
+        self.module = module
+        self.layers = layers
+        self.base = getattr(module, module.base_model_prefix)
+
+    def __call__(self, **kwargs: Any) -> Any:
+        if self.layers is None:
+            return self.module(**kwargs)
+        original = self.base.config.num_hidden_layers
+        self.base.config.num_hidden_layers = self.layers
+        try:
+            return self.module(**kwargs)
+        finally:
+            self.base.config.num_hidden_layers = original
+
+
+def measure_model(
+    module: Any,
+    role: str,
+    *,
+    tokens: Sequence[int],
+    contexts: Sequence[int] = CONTEXTS,
+    prefill_lengths: Sequence[int] = PREFILL_LENGTHS,
+    repeats: int = 3,
+    layers: int | None = None,
+    max_positions: int | None = None,
+    on_step: Callable[[], None] | None = None,
+) -> list[CostSample]:
+    """Median forward and prefill times of one model (or of the target's first `layers` layers)."""
+    import torch
+    from transformers import DynamicCache
+
+    runner = _SubModel(module, layers)
+    device = next(module.parameters()).device
+    vocab = int(module.config.vocab_size)
+    limit = max_positions or int(getattr(module.config, "max_position_embeddings", 2048) or 2048)
+    contexts = [c for c in contexts if c + max(tokens) <= limit] or [min(32, limit // 2)]
+    prefill_lengths = [p for p in prefill_lengths if p <= limit] or [min(16, limit)]
+    samples: list[CostSample] = []
+
+    def ids(n: int, offset: int = 0) -> torch.Tensor:
+        return torch.tensor([_token_ids(vocab, n, offset)], device=device)
+
+    with torch.inference_mode():
+        # Warm-up: allocator, kernels, thread pool.
+        cache = DynamicCache(config=module.config)
+        runner(input_ids=ids(32), cache=cache, use_cache=True, logits_to_keep=1)
+        for _ in range(3):
+            runner(input_ids=ids(4, 1), cache=cache, use_cache=True, logits_to_keep=4)
+            _crop(cache, 32)
+
+        for context in contexts:
+            cache = DynamicCache(config=module.config)
+            runner(input_ids=ids(context), cache=cache, use_cache=True, logits_to_keep=1)
+            times: dict[int, list[float]] = {k: [] for k in tokens}
+            # Repeats outside, sizes inside: drift hits every k alike.
+            for _ in range(repeats):
+                for k in tokens:
+                    new = ids(k, context)
+
+                    def step(new: torch.Tensor = new, k: int = k, cache: Any = cache) -> None:
+                        runner(input_ids=new, cache=cache, use_cache=True, logits_to_keep=k)
+
+                    times[k].append(_timed(step, device))
+                    _crop(cache, context)
+                if on_step:
+                    on_step()
+            samples += [CostSample(role, "forward", k, context, statistics.median(v), len(v)) for k, v in times.items()]
+
+        prefill: dict[int, list[float]] = {p: [] for p in prefill_lengths}
+        for _ in range(repeats):
+            for p in prefill_lengths:
+                prompt = ids(p, 3)
+
+                def run_prefill(prompt: torch.Tensor = prompt) -> None:
+                    runner(
+                        input_ids=prompt,
+                        cache=DynamicCache(config=module.config),
+                        use_cache=True,
+                        logits_to_keep=1,
+                    )
+
+                prefill[p].append(_timed(run_prefill, device))
+            if on_step:
+                on_step()
+        samples += [CostSample(role, "prefill", p, 0, statistics.median(v), len(v)) for p, v in prefill.items()]
+    return samples
+
+
+def device_key(device: str) -> str:
+    """A file-name-safe device identity (CUDA devices by name: costs differ across GPU models)."""
+    if device.startswith("cuda"):
+        import torch
+
+        name = torch.cuda.get_device_name(torch.device(device))
+        return "cuda-" + "".join(c if c.isalnum() else "_" for c in name)
+    return "cpu"
+
+
+def cost_cache_path(model_hash: str, device: str, dtype: str, threads: int) -> Path:
+    return cache_dir() / "costmodels" / f"{model_hash[:16]}-{device_key(device)}-{dtype}-t{threads}.json"
+
+
+def _read_cache(path: Path) -> dict[str, Any] | None:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None  # absent or unreadable: measure again (the cache is derived data)
+    if not isinstance(data, dict) or data.get("version") != COST_CACHE_VERSION:
+        return None
+    return data
+
+
+def measure_costs(
+    target: Any,
+    drafts: Sequence[Any] = (),
+    *,
+    exit_layers: Sequence[int] = (),
+    threads: int,
+    remeasure: bool = False,
+    repeats: int = 3,
+    quick: bool = False,
+    on_step: Callable[[str], None] | None = None,
+) -> tuple[list[CostSample], dict[str, Any]]:
+    """Samples for the target, every draft and every early-exit layer: from the cache when there, else
+    measured (and cached). Models are `LoadedModel`s. Returns (samples, provenance for results.json).
+
+    `quick` measures fewer sizes (for tests on tiny models)."""
+    roles: list[tuple[Any, str, list[int] | None]] = [(target, "target", None)]
+    roles += [(d, f"draft:{d.resolved.spec}", None) for d in drafts]
+    samples: list[CostSample] = []
+    provenance: dict[str, Any] = {"measured": [], "cached": [], "cache_files": []}
+    token_sizes = TARGET_TOKENS if not quick else (1, 2, 3, 5, 9, 17)
+    contexts = CONTEXTS if not quick else (32,)
+    prefills = PREFILL_LENGTHS if not quick else (8, 64)
+    for loaded, role, _ in roles:
+        model_hash = loaded.resolved.sha256() or loaded.resolved.spec
+        path = cost_cache_path(model_hash, loaded.device, loaded.dtype, threads)
+        if quick:
+            path = path.with_name(path.stem + "-quick.json")
+        cached = None if remeasure else _read_cache(path)
+        entry: dict[str, Any] = cached or {"version": COST_CACHE_VERSION, "model": loaded.resolved.spec, "roles": {}}
+        wanted = {"self": None} | ({f"early_exit:{layer}": layer for layer in exit_layers} if role == "target" else {})
+        changed = False
+        for key, layers in wanted.items():
+            role_name = role if key == "self" else key
+            if key in entry["roles"]:
+                samples += [CostSample.from_dict({**s, "role": role_name}) for s in entry["roles"][key]]
+                provenance["cached"].append(role_name)
+                continue
+            is_target_self = role == "target" and key == "self"
+            measured = measure_model(
+                loaded.model,
+                role_name,
+                tokens=token_sizes if is_target_self else tuple(k for k in DRAFT_TOKENS if not quick or k <= 3),
+                contexts=contexts,
+                prefill_lengths=prefills,
+                repeats=repeats,
+                layers=layers,
+                on_step=functools.partial(on_step, role_name) if on_step else None,
+            )
+            entry["roles"][key] = [s.to_dict() for s in measured]
+            samples += measured
+            provenance["measured"].append(role_name)
+            changed = True
+        if changed:
+            atomic_write_text(path, json.dumps(entry, indent=1))
+        provenance["cache_files"].append(str(path))
+    return samples, provenance
+
+
+def planned_steps(drafts: int, exit_layers: int, *, repeats: int = 3, quick: bool = False) -> int:
+    """How many `on_step` calls a full measurement makes (for a progress bar)."""
+    contexts = 1 if quick else len(CONTEXTS)
+    per_model = repeats * (contexts + 1)
+    return per_model * (1 + drafts + exit_layers)
