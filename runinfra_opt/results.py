@@ -148,6 +148,8 @@ class Decision(_Model):
     per_category: list[CategoryDecision] = Field(default_factory=list)
     queue: list[QueueSimulation] = Field(default_factory=list)
     exit_code: int = 0
+    disqualified: list[str] = Field(default_factory=list)
+    """`<variant>: <why>` for every variant whose greedy output differs from the baseline's."""
 
 
 class RunResults(_Model):

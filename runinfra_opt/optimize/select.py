@@ -1,0 +1,423 @@
+"""Pick the winner from measured results: priorities, constraints, noise, ties, disqualification.
+
+Pure functions over `RunResults`. Rules (issue 4):
+- `throughput`: maximize output tokens/s over the workload. `ttft` (alias `first-token-latency`): minimize
+  TTFT at the chosen percentile; among variants statistically tied with the best TTFT (the paired bootstrap
+  95% interval of their TTFT ratio includes 1.0, or they are within 1%), the highest throughput wins.
+- Constraints `--max-ttft-ms`, `--max-ttft-regression`, and (for throughput) `--min-speedup` rule a variant
+  out; each violation is written to the variant's `ruled_out` in words.
+- A variant whose greedy output differs from the baseline's on any request is disqualified and listed.
+- Only measured figures decide. A speculative winner must beat the baseline beyond noise: the bootstrap 95%
+  interval of its gain excludes 1.0 and the gain (median over repeats) is >= `--min-speedup`; otherwise the
+  baseline wins and the reason says "speculation does not pay on this traffic: ...".
+- Ties within 1% go to the simpler variant: baseline < ngram < early exit < draft; then smaller lookahead;
+  then the smaller draft (parameters, from `results.drafts`).
+- When no variant, not even the baseline, satisfies the constraints: `NoFeasibleVariantError` (exit 3).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from runinfra_opt.errors import NoFeasibleVariantError, UserInputError
+from runinfra_opt.exitcodes import ExitCode
+from runinfra_opt.optimize import stats
+from runinfra_opt.results import CategoryDecision, Decision, Interval, RequestResult, RunResults, VariantResult
+from runinfra_opt.variants import METHODS, Variant
+
+TIE = 0.01
+"""Relative difference under which two variants count as tied (the simpler one wins)."""
+
+PRIORITY_ALIASES = {"throughput": "throughput", "ttft": "ttft", "first-token-latency": "ttft"}
+PERCENTILES = ("p50", "p90", "p95", "p99")
+
+
+@dataclass(frozen=True)
+class Constraints:
+    max_ttft_ms: float | None = None
+    max_ttft_regression: float | None = None
+    """Allowed relative TTFT increase over the baseline at the chosen percentile (0.10 = +10%)."""
+    min_speedup: float = 1.05
+
+
+@dataclass
+class _Candidate:
+    result: VariantResult
+    variant: Variant
+    records: list[RequestResult]
+    tokens_per_s: float
+    ttft_s: float
+    gain: Interval | None
+    """Throughput ratio to the baseline (None for the baseline itself)."""
+
+    @property
+    def name(self) -> str:
+        return self.result.name
+
+
+def _variant_of(result: VariantResult) -> Variant:
+    return Variant.from_dict(result.variant)
+
+
+def _draft_size(results: RunResults, spec: str | None) -> int:
+    if spec is None:
+        return 0
+    for info in results.drafts:
+        if spec in {info.spec, info.name, info.path}:
+            return info.num_parameters or 0
+    return 0
+
+
+def simplicity_key(results: RunResults, variant: Variant) -> tuple[int, int, int, str]:
+    """Ties go to the smaller key: method order, lookahead, draft parameters, name."""
+    return (METHODS.index(variant.method), variant.lookahead, _draft_size(results, variant.draft), variant.name)
+
+
+def _pick(results: RunResults, ranked: Sequence[_Candidate], value: float, score: str) -> _Candidate:
+    """Among `ranked` (best first by `score`), those within 1% of the best `value`; the simplest wins."""
+    if score == "tokens_per_s":
+        tied = [c for c in ranked if c.tokens_per_s >= value * (1 - TIE)]
+    else:
+        tied = [c for c in ranked if c.ttft_s <= value * (1 + TIE)]
+    return min(tied, key=lambda c: simplicity_key(results, c.variant))
+
+
+def _ms(seconds: float) -> str:
+    return f"{seconds * 1000:.0f} ms"
+
+
+def _gain_text(gain: Interval | None) -> str:
+    if gain is None:
+        return "no paired measurement"
+    return f"{gain.value:.2f}x (95% CI {gain.low:.2f}-{gain.high:.2f})"
+
+
+def _beats_baseline(gain: Interval | None, min_speedup: float) -> bool:
+    return gain is not None and gain.low > 1.0 and gain.value >= min_speedup
+
+
+def _disqualify(result: VariantResult) -> None:
+    """Mark a variant whose greedy output differs from the baseline's (measured requests only)."""
+    for r in result.measured_requests:
+        if r.greedy and r.lossless is False:
+            where = f" (first difference at output token {r.first_mismatch})" if r.first_mismatch is not None else ""
+            result.disqualified = f"greedy output differs from the baseline on request {r.request_id}{where}"
+            return
+
+
+def _violations(
+    *,
+    ttft_s: float | None,
+    base_ttft_s: float | None,
+    gain: float | None,
+    speculative: bool,
+    priority: str,
+    percentile: str,
+    constraints: Constraints,
+    prefix: str = "",
+) -> list[str]:
+    out = []
+    if constraints.max_ttft_ms is not None and ttft_s is not None and ttft_s * 1000 > constraints.max_ttft_ms:
+        out.append(f"{prefix}TTFT {percentile} {_ms(ttft_s)} > --max-ttft-ms {constraints.max_ttft_ms:g}")
+    if (
+        constraints.max_ttft_regression is not None
+        and speculative
+        and ttft_s is not None
+        and base_ttft_s
+        and ttft_s / base_ttft_s - 1 > constraints.max_ttft_regression
+    ):
+        out.append(
+            f"{prefix}TTFT {percentile} {ttft_s / base_ttft_s - 1:+.0%} vs the baseline > "
+            f"--max-ttft-regression {constraints.max_ttft_regression:g}"
+        )
+    if priority == "throughput" and speculative and gain is not None and gain < constraints.min_speedup:
+        out.append(f"{prefix}speedup {gain:.2f}x < --min-speedup {constraints.min_speedup:g}")
+    return out
+
+
+def _normalize(priority: str, percentile: str) -> tuple[str, str]:
+    key = priority.strip().lower()
+    if key not in PRIORITY_ALIASES:
+        raise UserInputError(f"--priority {priority}: unknown priority; available: {', '.join(PRIORITY_ALIASES)}")
+    if percentile not in PERCENTILES:
+        raise UserInputError(f"--percentile {percentile}: expected one of {', '.join(PERCENTILES)}")
+    return PRIORITY_ALIASES[key], percentile
+
+
+def decide(
+    results: RunResults,
+    *,
+    priority: str = "throughput",
+    percentile: str = "p95",
+    max_ttft_ms: float | None = None,
+    max_ttft_regression: float | None = None,
+    min_speedup: float = 1.05,
+    require_speedup: bool = False,
+    seed: int = 0,
+) -> Decision:
+    """Choose the winner among the measured variants of `results` and say why. Fills each variant's
+    `disqualified` and `ruled_out` (measured variants from measured figures; predicted-only variants from
+    their predictions, prefixed "predicted"). Raises `NoFeasibleVariantError` when nothing satisfies the
+    constraints. With `require_speedup`, a baseline win gets exit code 4 in the decision (the caller raises)."""
+    priority, percentile = _normalize(priority, percentile)
+    constraints = Constraints(max_ttft_ms, max_ttft_regression, min_speedup)
+    baseline_result = results.variant("baseline")
+    if baseline_result is None or not baseline_result.measured_requests:
+        raise UserInputError("results have no measured baseline: nothing to compare the variants with")
+    base_records = baseline_result.measured_requests
+    base_ttft = stats.ttft_at(base_records, percentile)
+    base = _Candidate(
+        baseline_result, _variant_of(baseline_result), base_records, stats.tokens_per_s(base_records), base_ttft, None
+    )
+
+    candidates: list[_Candidate] = []
+    for result in results.variants:
+        result.ruled_out = []
+        result.disqualified = None
+        variant = _variant_of(result)
+        if result.measured_requests:
+            _disqualify(result)
+            if result is baseline_result:
+                cand = base
+            else:
+                cand = _Candidate(
+                    result,
+                    variant,
+                    result.measured_requests,
+                    stats.tokens_per_s(result.measured_requests),
+                    stats.ttft_at(result.measured_requests, percentile),
+                    stats.throughput_ratio(result.measured_requests, base_records, seed=seed),
+                )
+            result.ruled_out = _violations(
+                ttft_s=cand.ttft_s,
+                base_ttft_s=base_ttft,
+                gain=cand.gain.value if cand.gain else None,
+                speculative=variant.is_speculative,
+                priority=priority,
+                percentile=percentile,
+                constraints=constraints,
+            )
+            candidates.append(cand)
+        elif result.predicted is not None:
+            predicted_ttft = result.predicted.ttft_s.get(percentile)
+            predicted_gain = result.predicted.speedup.value if result.predicted.speedup else None
+            result.ruled_out = _violations(
+                ttft_s=predicted_ttft,
+                base_ttft_s=base_ttft,
+                gain=predicted_gain,
+                speculative=variant.is_speculative,
+                priority=priority,
+                percentile=percentile,
+                constraints=constraints,
+                prefix="predicted ",
+            )
+
+    feasible = [c for c in candidates if not c.result.disqualified and not c.result.ruled_out]
+    if not feasible:
+        problems = [f"{c.name}: {c.result.disqualified or '; '.join(c.result.ruled_out)}" for c in candidates]
+        raise NoFeasibleVariantError(
+            "no variant satisfies the constraints, not even the baseline: " + " | ".join(problems)
+        )
+    baseline_ok = base in feasible
+    speculative = [c for c in feasible if c is not base]
+
+    if priority == "throughput":
+        winner, reason = _by_throughput(results, base, baseline_ok, speculative, candidates, constraints)
+    else:
+        winner, reason = _by_ttft(results, base, baseline_ok, feasible, candidates, constraints, percentile, seed)
+
+    disqualified = [c for c in candidates if c.result.disqualified]
+    if disqualified:
+        reason += f" Disqualified (output differs from the baseline): {', '.join(c.name for c in disqualified)}."
+    speculation = winner is not base
+    exit_code = ExitCode.GATE_FAILED if require_speedup and not speculation else ExitCode.OK
+    return Decision(
+        winner=winner.name,
+        speculation=speculation,
+        priority=priority,
+        reason=reason,
+        gain=winner.gain if speculation else Interval(value=1.0, low=1.0, high=1.0),
+        ttft_change=(winner.ttft_s / base_ttft - 1) if base_ttft > 0 else None,
+        per_category=per_category(results, priority=priority, percentile=percentile, feasible=feasible),
+        exit_code=int(exit_code),
+        disqualified=[f"{c.name}: {c.result.disqualified}" for c in disqualified],
+    )
+
+
+def _no_pay_reason(best: _Candidate | None, candidates: Sequence[_Candidate], constraints: Constraints) -> str:
+    if best is None:
+        measured = [c for c in candidates if c.variant.is_speculative]
+        if not measured:
+            return "speculation does not pay on this traffic: no speculative variant was measured."
+        return (
+            "speculation does not pay on this traffic: every measured speculative variant was disqualified or "
+            "ruled out by a constraint."
+        )
+    gain = best.gain
+    if gain is None or gain.low <= 1.0:
+        why = "its interval includes 1.0 (within noise)"
+    else:
+        why = f"under --min-speedup {constraints.min_speedup:g}"
+    return (
+        f"speculation does not pay on this traffic: the fastest speculative variant, {best.name}, "
+        f"measured {_gain_text(gain)}, {why}."
+    )
+
+
+def _by_throughput(
+    results: RunResults,
+    base: _Candidate,
+    baseline_ok: bool,
+    speculative: Sequence[_Candidate],
+    candidates: Sequence[_Candidate],
+    constraints: Constraints,
+) -> tuple[_Candidate, str]:
+    ranked = sorted(speculative, key=lambda c: -c.tokens_per_s)
+    if not baseline_ok:
+        best = ranked[0]
+        winner = _pick(results, ranked, best.tokens_per_s, "tokens_per_s")
+        return winner, (
+            f"{winner.name} is the fastest variant that satisfies the constraints "
+            f"({winner.tokens_per_s:.1f} tokens/s, {_gain_text(winner.gain)} the baseline, which is ruled out: "
+            f"{'; '.join(base.result.ruled_out) or base.result.disqualified})."
+        )
+    paying = [c for c in ranked if _beats_baseline(c.gain, constraints.min_speedup)]
+    if paying:
+        pool = sorted([*paying, base], key=lambda c: -c.tokens_per_s)
+        winner = _pick(results, pool, pool[0].tokens_per_s, "tokens_per_s")
+        if winner is not base:
+            return winner, (
+                f"{winner.name} is {_gain_text(winner.gain)} the baseline's throughput "
+                f"({winner.tokens_per_s:.1f} vs {base.tokens_per_s:.1f} tokens/s), lossless on every greedy request."
+            )
+        return base, (
+            f"speculation does not pay on this traffic: the best variant, {pool[0].name}, is within "
+            f"{TIE:.0%} of the baseline."
+        )
+    best_measured = max(
+        (c for c in candidates if c.variant.is_speculative and not c.result.disqualified),
+        key=lambda c: c.tokens_per_s,
+        default=None,
+    )
+    return base, _no_pay_reason(best_measured, candidates, constraints)
+
+
+def _by_ttft(
+    results: RunResults,
+    base: _Candidate,
+    baseline_ok: bool,
+    feasible: Sequence[_Candidate],
+    candidates: Sequence[_Candidate],
+    constraints: Constraints,
+    percentile: str,
+    seed: int,
+) -> tuple[_Candidate, str]:
+    ranked = sorted(feasible, key=lambda c: c.ttft_s)
+    best = ranked[0]
+
+    def tied_with_best(c: _Candidate) -> bool:
+        if c is best or c.ttft_s <= best.ttft_s * (1 + TIE):
+            return True
+        ratio = stats.ttft_ratio(c.records, best.records, percentile, seed=seed)
+        return ratio is not None and ratio.low <= 1.0 <= ratio.high
+
+    tied = [c for c in ranked if tied_with_best(c)]
+    by_tps = sorted(tied, key=lambda c: -c.tokens_per_s)
+    winner = _pick(results, by_tps, by_tps[0].tokens_per_s, "tokens_per_s")
+    if winner is base or not baseline_ok:
+        if winner is base:
+            if base is best:
+                alternatives = [c for c in tied if c is not base]
+                if alternatives:
+                    return base, (
+                        f"the baseline has the lowest TTFT {percentile} ({_ms(base.ttft_s)}); the variants tied with "
+                        "it are not faster beyond noise."
+                    )
+                return base, (
+                    f"speculation does not pay on this traffic: the baseline has the lowest TTFT {percentile} "
+                    f"({_ms(base.ttft_s)}) and no speculative variant is tied with it."
+                )
+            return base, (
+                f"the baseline is tied with the lowest TTFT {percentile} ({_ms(base.ttft_s)}) and has the highest "
+                "throughput among the tied variants."
+            )
+        return winner, (
+            f"{winner.name} has the lowest TTFT {percentile} that satisfies the constraints ({_ms(winner.ttft_s)}; "
+            f"the baseline is ruled out: {'; '.join(base.result.ruled_out) or base.result.disqualified})."
+        )
+    # A speculative winner must beat the baseline beyond noise: on TTFT, or (tied on TTFT) on throughput.
+    vs_base = stats.ttft_ratio(winner.records, base.records, percentile, seed=seed)
+    faster_first_token = vs_base is not None and vs_base.high < 1.0 and 1.0 / vs_base.value >= constraints.min_speedup
+    base_tied = base in tied
+    if faster_first_token:
+        return winner, (
+            f"{winner.name} reaches the first token sooner: TTFT {percentile} {_ms(winner.ttft_s)} vs "
+            f"{_ms(base.ttft_s)} for the baseline, at {_gain_text(winner.gain)} its throughput."
+        )
+    if base_tied and _beats_baseline(winner.gain, constraints.min_speedup):
+        return winner, (
+            f"{winner.name} is tied with the baseline on TTFT {percentile} ({_ms(winner.ttft_s)} vs "
+            f"{_ms(base.ttft_s)}) and {_gain_text(winner.gain)} faster in throughput."
+        )
+    return base, (
+        f"speculation does not pay on this traffic: {winner.name} measured TTFT {percentile} {_ms(winner.ttft_s)} "
+        f"vs {_ms(base.ttft_s)} and {_gain_text(winner.gain)} throughput, not better than the baseline beyond noise."
+    )
+
+
+def per_category(
+    results: RunResults,
+    *,
+    priority: str = "throughput",
+    percentile: str = "p95",
+    feasible: Sequence[_Candidate] | None = None,
+) -> list[CategoryDecision]:
+    """The best measured variant per workload category and its throughput gain there (point ratio). Ties
+    within 1% go to the simpler variant. `feasible` restricts the choice (default: measured, not
+    disqualified)."""
+    priority, percentile = _normalize(priority, percentile)
+    baseline = results.variant("baseline")
+    if baseline is None or not baseline.measured_requests:
+        return []
+    pool = (
+        [c.result for c in feasible]
+        if feasible is not None
+        else [v for v in results.variants if v.measured_requests and not v.disqualified]
+    )
+    base_groups = stats.by_category(baseline.measured_requests)
+    out = []
+    for category, base_records in sorted(base_groups.items()):
+        base_tps = stats.tokens_per_s(base_records)
+        entries = []
+        for result in pool:
+            records = [r for r in result.measured_requests if r.category == category]
+            if not records:
+                continue
+            entries.append(
+                _Candidate(
+                    result,
+                    _variant_of(result),
+                    records,
+                    stats.tokens_per_s(records),
+                    stats.ttft_at(records, percentile),
+                    None,
+                )
+            )
+        if not entries:
+            continue
+        if priority == "throughput":
+            ranked = sorted(entries, key=lambda c: -c.tokens_per_s)
+            best = _pick(results, ranked, ranked[0].tokens_per_s, "tokens_per_s")
+        else:
+            ranked = sorted(entries, key=lambda c: c.ttft_s)
+            best = _pick(results, ranked, ranked[0].ttft_s, "ttft_s")
+        out.append(
+            CategoryDecision(
+                category=category,
+                best=best.name,
+                speedup=best.tokens_per_s / base_tps if base_tps > 0 else None,
+                requests=len({r.request_id for r in base_records}),
+            )
+        )
+    return out

@@ -1,0 +1,261 @@
+"""Selection as pure functions over hand-built results: priorities, constraints, noise, ties, disqualification."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from runinfra_opt.errors import NoFeasibleVariantError
+from runinfra_opt.exitcodes import ExitCode
+from runinfra_opt.optimize import stats
+from runinfra_opt.optimize.select import decide, per_category
+from runinfra_opt.results import ModelInfo, RequestResult, RunResults, Summary, VariantResult
+from runinfra_opt.variants import BASELINE, Variant
+
+REQUESTS = 12
+REPEATS = 2
+NGRAM4 = Variant("ngram", lookahead=4, ngram_max=2)
+NGRAM2 = Variant("ngram", lookahead=2, ngram_max=2)
+EXIT = Variant("early_exit", lookahead=4, exit_layer=8)
+SMALL = Variant("draft", lookahead=4, draft="/m/small")
+BIG = Variant("draft", lookahead=4, draft="/m/big")
+
+
+def _records(
+    speed: float,
+    ttft_ms: float,
+    *,
+    noise: float = 0.01,
+    seed: int = 1,
+    categories: dict[str, float] | None = None,
+    lossless: bool | None = True,
+) -> list[RequestResult]:
+    """Requests x repeats: 40 output tokens at 20 tokens/s x `speed` (x per-category factor), with noise."""
+    rng = random.Random(seed)
+    out = []
+    for i in range(REQUESTS):
+        category = "summarize" if i % 2 == 0 else "chat"
+        factor = speed * (categories or {}).get(category, 1.0)
+        for repeat in range(REPEATS):
+            e2e = 40 / (20 * factor) * (1 + rng.uniform(-noise, noise))
+            ttft = ttft_ms / 1000 * (1 + rng.uniform(-noise, noise))
+            out.append(
+                RequestResult(
+                    request_id=f"r{i}",
+                    category=category,
+                    repeat=repeat,
+                    prompt_tokens=50,
+                    output_tokens=40,
+                    ttft_s=ttft,
+                    e2e_s=e2e,
+                    target_passes=40,
+                    lossless=None if lossless is None or i else lossless,
+                    first_mismatch=None if lossless is not False or i else 7,
+                )
+            )
+    return out
+
+
+def _variant(variant: Variant, records: list[RequestResult]) -> VariantResult:
+    return VariantResult(name=variant.name, variant=variant.to_dict(), measured_requests=records, confirmed=True)
+
+
+def _results(*variants: VariantResult, base_ttft_ms: float = 100, base_noise: float = 0.01) -> RunResults:
+    base = _variant(BASELINE, _records(1.0, base_ttft_ms, noise=base_noise, seed=0, lossless=None))
+    return RunResults(
+        run_id="t",
+        created_at="2026-01-01T00:00:00Z",
+        variants=[base, *variants],
+        drafts=[
+            ModelInfo(spec="/m/small", name="small", num_parameters=10_000_000),
+            ModelInfo(spec="/m/big", name="big", num_parameters=90_000_000),
+        ],
+    )
+
+
+def test_throughput_picks_the_fastest_significant_variant() -> None:
+    results = _results(_variant(NGRAM4, _records(1.6, 110, seed=2)), _variant(SMALL, _records(1.3, 130, seed=3)))
+    decision = decide(results, priority="throughput")
+    assert decision.winner == NGRAM4.name
+    assert decision.speculation
+    assert decision.gain is not None
+    assert decision.gain.low > 1.0
+    assert decision.gain.value == pytest.approx(1.6, rel=0.03)
+    assert decision.ttft_change == pytest.approx(0.10, abs=0.03)
+    assert decision.exit_code == 0
+    assert "ngram-n2-k4" in decision.reason
+
+
+def test_gain_within_noise_means_baseline_wins() -> None:
+    results = _results(_variant(NGRAM4, _records(1.08, 100, noise=0.6, seed=2)), base_noise=0.6)
+    decision = decide(results, priority="throughput", min_speedup=1.0)
+    assert decision.winner == "baseline"
+    assert not decision.speculation
+    assert decision.reason.startswith("speculation does not pay on this traffic:")
+    assert "includes 1.0" in decision.reason
+
+
+def test_gain_under_min_speedup_is_ruled_out_and_baseline_wins() -> None:
+    results = _results(_variant(NGRAM4, _records(1.03, 100, seed=2)))
+    decision = decide(results, priority="throughput", min_speedup=1.05)
+    assert decision.winner == "baseline"
+    ngram = results.variant(NGRAM4.name)
+    assert ngram is not None
+    assert len(ngram.ruled_out) == 1
+    assert ngram.ruled_out[0].startswith("speedup 1.0")
+    assert ngram.ruled_out[0].endswith("< --min-speedup 1.05")
+    assert "speculation does not pay" in decision.reason
+
+
+def test_require_speedup_sets_the_gate_exit_code_when_baseline_wins() -> None:
+    results = _results(_variant(NGRAM4, _records(0.9, 100, seed=2)))
+    decision = decide(results, priority="throughput", require_speedup=True)
+    assert decision.winner == "baseline"
+    assert decision.exit_code == int(ExitCode.GATE_FAILED)
+    assert decide(_results(_variant(NGRAM4, _records(1.5, 100))), require_speedup=True).exit_code == 0
+
+
+def test_ties_within_one_percent_go_to_the_simpler_variant() -> None:
+    # early exit measured 0.5% faster than n-gram: tied, n-gram is simpler
+    results = _results(
+        _variant(EXIT, _records(1.5075, 100, noise=0, seed=2)), _variant(NGRAM4, _records(1.5, 100, noise=0, seed=3))
+    )
+    assert decide(results).winner == NGRAM4.name
+    # same method: the smaller lookahead
+    results = _results(_variant(NGRAM4, _records(1.505, 100, noise=0)), _variant(NGRAM2, _records(1.5, 100, noise=0)))
+    assert decide(results).winner == NGRAM2.name
+    # drafts: the smaller one (by parameters from results.drafts)
+    results = _results(_variant(BIG, _records(1.505, 100, noise=0)), _variant(SMALL, _records(1.5, 100, noise=0)))
+    assert decide(results).winner == SMALL.name
+    # beyond 1%: the faster one
+    results = _results(_variant(BIG, _records(1.6, 100, noise=0)), _variant(SMALL, _records(1.5, 100, noise=0)))
+    assert decide(results).winner == BIG.name
+
+
+def test_output_mismatch_disqualifies_and_is_listed() -> None:
+    results = _results(
+        _variant(SMALL, _records(2.0, 100, seed=2, lossless=False)), _variant(NGRAM4, _records(1.4, 100, seed=3))
+    )
+    decision = decide(results)
+    assert decision.winner == NGRAM4.name
+    small = results.variant(SMALL.name)
+    assert small is not None
+    assert small.disqualified is not None
+    assert "r0" in small.disqualified
+    assert "token 7" in small.disqualified
+    assert decision.disqualified == [f"{SMALL.name}: {small.disqualified}"]
+    assert SMALL.name in decision.reason
+
+
+def test_max_ttft_constraint_rules_out_and_says_which() -> None:
+    results = _results(_variant(SMALL, _records(2.0, 300, seed=2)), _variant(NGRAM4, _records(1.4, 120, seed=3)))
+    decision = decide(results, max_ttft_ms=200)
+    assert decision.winner == NGRAM4.name
+    small = results.variant(SMALL.name)
+    assert small is not None
+    assert len(small.ruled_out) == 1
+    assert small.ruled_out[0].startswith("TTFT p95 30")
+    assert small.ruled_out[0].endswith("ms > --max-ttft-ms 200")
+
+
+def test_max_ttft_regression_constraint() -> None:
+    results = _results(_variant(SMALL, _records(2.0, 150, seed=2)), _variant(NGRAM4, _records(1.4, 105, seed=3)))
+    decision = decide(results, max_ttft_regression=0.10)
+    assert decision.winner == NGRAM4.name
+    small = results.variant(SMALL.name)
+    assert small is not None
+    assert any("--max-ttft-regression 0.1" in r for r in small.ruled_out)
+    ngram = results.variant(NGRAM4.name)
+    assert ngram is not None
+    assert ngram.ruled_out == []
+
+
+def test_infeasible_baseline_lets_a_feasible_variant_win() -> None:
+    results = _results(_variant(NGRAM4, _records(1.5, 80, seed=2)), base_ttft_ms=120)
+    decision = decide(results, max_ttft_ms=100)
+    assert decision.winner == NGRAM4.name
+    assert "ruled out" in decision.reason
+
+
+def test_impossible_constraints_raise_no_feasible() -> None:
+    results = _results(_variant(NGRAM4, _records(1.5, 110, seed=2)))
+    with pytest.raises(NoFeasibleVariantError, match="not even the baseline") as info:
+        decide(results, max_ttft_ms=1)
+    assert "baseline: TTFT p95" in str(info.value)
+    assert info.value.exit_code == ExitCode.NO_FEASIBLE
+
+
+def test_ttft_priority_picks_the_lowest_ttft() -> None:
+    results = _results(_variant(SMALL, _records(1.2, 60, seed=2)), _variant(NGRAM4, _records(1.6, 95, seed=3)))
+    decision = decide(results, priority="ttft", percentile="p90")
+    assert decision.winner == SMALL.name
+    assert decision.priority == "ttft"
+    assert "TTFT p90" in decision.reason
+
+
+def test_ttft_alias_and_throughput_breaks_statistical_ties() -> None:
+    # n-gram's TTFT equals the baseline's within noise; it is faster in throughput, so it wins the tie.
+    results = _results(_variant(NGRAM4, _records(1.5, 100, noise=0.2, seed=2)), base_noise=0.2)
+    decision = decide(results, priority="first-token-latency")
+    assert decision.priority == "ttft"
+    assert decision.winner == NGRAM4.name
+    assert "tied with the baseline" in decision.reason
+
+
+def test_ttft_priority_baseline_wins_when_speculation_slows_first_token() -> None:
+    results = _results(_variant(SMALL, _records(1.8, 200, seed=2)))
+    decision = decide(results, priority="ttft")
+    assert decision.winner == "baseline"
+    assert decision.reason.startswith("speculation does not pay on this traffic:")
+
+
+def test_predicted_only_variants_get_predicted_constraint_notes_but_never_win() -> None:
+    predicted = VariantResult(
+        name=BIG.name,
+        variant=BIG.to_dict(),
+        predicted=Summary(tokens_per_s=100.0, ttft_s={"p95": 0.5}),
+    )
+    results = _results(predicted, _variant(NGRAM4, _records(1.4, 100, seed=3)))
+    decision = decide(results, max_ttft_ms=200)
+    assert decision.winner == NGRAM4.name
+    assert predicted.ruled_out == ["predicted TTFT p95 500 ms > --max-ttft-ms 200"]
+
+
+def test_per_category_best_and_gain() -> None:
+    ngram = _variant(NGRAM4, _records(1.0, 100, seed=2, categories={"summarize": 2.0, "chat": 0.9}))
+    results = _results(ngram)
+    cats = {c.category: c for c in per_category(results)}
+    assert cats["summarize"].best == NGRAM4.name
+    assert cats["summarize"].speedup == pytest.approx(2.0, rel=0.03)
+    assert cats["summarize"].requests == REQUESTS // 2
+    assert cats["chat"].best == "baseline"
+    decision = decide(results, min_speedup=1.05)
+    assert {c.category for c in decision.per_category} == {"summarize", "chat"}
+
+
+def test_summarize_intervals() -> None:
+    base = _records(1.0, 100, seed=0)
+    fast = _records(1.5, 100, seed=4)
+    summary = stats.summarize(fast, base)
+    assert summary.speedup is not None
+    assert summary.speedup.low < summary.speedup.value < summary.speedup.high
+    assert summary.speedup.value == pytest.approx(1.5, rel=0.02)
+    assert summary.tokens_per_s_interval is not None
+    assert summary.tokens_per_s_interval.low <= summary.tokens_per_s <= summary.tokens_per_s_interval.high
+    assert set(summary.ttft_s) == {"p50", "p90", "p95", "p99"}
+    ratio = stats.ttft_ratio(fast, base, "p95")
+    assert ratio is not None
+    assert ratio.low < 1.0 < ratio.high
+    cats = stats.summarize_by_category(fast, base)
+    assert set(cats) == {"summarize", "chat"}
+
+
+def test_unknown_priority_and_missing_baseline_are_user_errors() -> None:
+    from runinfra_opt.errors import UserInputError
+
+    with pytest.raises(UserInputError, match="unknown priority"):
+        decide(_results(), priority="latency")
+    empty = RunResults(run_id="t", created_at="x", variants=[])
+    with pytest.raises(UserInputError, match="no measured baseline"):
+        decide(empty)
