@@ -412,6 +412,10 @@ def _read_parquet(path: Path, problems: Problems) -> Iterator[RawRecord]:
         for item in batch.to_pylist():
             row += 1
             data = {k: v for k, v in item.items() if v is not None}
+            for name in INT_FIELDS:  # pandas stores an integer column with gaps as float64
+                value = data.get(name)
+                if isinstance(value, float) and value.is_integer():
+                    data[name] = int(value)
             if isinstance(data.get("messages"), str):
                 try:
                     data["messages"] = json.loads(data["messages"])
