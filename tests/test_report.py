@@ -315,3 +315,26 @@ def test_cli_bad_options_exit_2(runner: CliRunner, run_dir: Path, args: list[str
     result = runner.invoke(app, ["report", str(run_dir), *args])
     assert result.exit_code == 2
     assert message in result.stderr
+
+
+def test_minimal_and_unusual_results_render_in_every_format() -> None:
+    """A run that has only started, and a variant this version cannot parse, still render (no crash)."""
+    minimal = RunResults(run_id="r0", created_at="2026-11-29T23:00:00Z")
+    odd = build_results()
+    odd.variants[1].name = "eagle-k4"
+    odd.variants[1].variant = {"method": "eagle", "lookahead": 4}
+    for results in (minimal, odd):
+        assert "run r0" in table_text(minimal)
+        text = table_text(results)
+        assert "Environment: run" in text
+        assert render_markdown(results).startswith("## runinfra-opt: ")
+        assert load_results_from_text(render_json(results)) == results
+        for kind in ("variants", "requests"):
+            assert render_csv(results, kind).startswith("variant,")
+        assert 'id="plot-' in render_html(results) or "No speculative variant" in render_html(results)
+    assert "eagle-k4" in table_text(odd)
+    assert "No decision yet: run status running (last phase finished: start)." in table_text(minimal)
+
+
+def load_results_from_text(text: str) -> RunResults:
+    return RunResults.model_validate_json(text)

@@ -30,6 +30,7 @@ tr.winner td { font-weight: 600; background: #f3faf3; } tr.excluded td { color: 
 .plot-box { border: 1px solid #d0d7de; border-radius: 6px; padding: 4px; min-height: 440px; }
 .caption { color: #57606a; font-size: 0.85em; margin: 2px 8px 6px; }
 .empty { color: #57606a; padding: 16px; }
+.plot-box h3 { font-size: 14px; font-weight: normal; margin: 10px 12px; }
 """
 
 
