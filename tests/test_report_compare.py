@@ -211,3 +211,13 @@ def test_cli_compare_exit_2(runner: CliRunner, tmp_path: Path) -> None:
     result = runner.invoke(app, ["report", old, "--compare", old, old])
     assert result.exit_code == 2
     assert "either RUN or --compare" in result.stderr
+
+
+def test_comparison_snapshots() -> None:
+    from tests.test_report import check_snapshot
+
+    comparison = compare(build_results(), build_results(run_id="new", scales={"ngram-n2-k4": 0.8}))
+    console = Console(width=100, file=io.StringIO(), color_system=None)
+    render_comparison_table(comparison, console)
+    check_snapshot("compare_regression.txt", console.file.getvalue())  # type: ignore[attr-defined]
+    check_snapshot("compare_regression.md", render_comparison_markdown(comparison))

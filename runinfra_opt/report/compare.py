@@ -295,6 +295,8 @@ CONTEXT_COLUMNS = ("", "old", "new", "changed")
 DELTA_COLUMNS = ("variant", "old tok/s", "new tok/s", "change", "beyond noise", "old TTFT p50/p95 ms",
                  "new TTFT p50/p95 ms", "TTFT p95 change")
 _DELTA_NUMERIC = frozenset(DELTA_COLUMNS[1:])
+_DELTA_TERMINAL = ("variant", "old\ntok/s", "new\ntok/s", "change", "beyond\nnoise", "old TTFT\np50/p95 ms",
+                   "new TTFT\np50/p95 ms", "TTFT p95\nchange")
 
 
 def _noise(value: bool | None) -> str:
@@ -339,7 +341,7 @@ def render_comparison_table(comparison: Comparison, console: Console) -> None:
                        f"{comparison.new_label} run {comparison.new_run}", style="bold"))
     console.print(Text(compare_verdict(comparison), style="bold red" if comparison.failed else "bold green"))
     for title, columns, cells in (("What changed", CONTEXT_COLUMNS, _context_cells(comparison)),
-                                  ("Variants measured in both runs", DELTA_COLUMNS, _delta_cells(comparison))):
+                                  ("Variants measured in both runs", _DELTA_TERMINAL, _delta_cells(comparison))):
         if not cells:
             continue
         table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False)
