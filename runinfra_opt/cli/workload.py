@@ -43,7 +43,7 @@ def _console() -> Console:
 @workload_app.command("inspect")
 @handle_errors
 def inspect_command(
-    path: str = typer.Argument(..., help=_PATH_HELP),
+    path: str = typer.Argument(..., metavar="PATH", help=_PATH_HELP),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object on stdout instead of tables."),
     tokenizer: str | None = typer.Option(
         None, "--tokenizer", help="Count tokens with this model's tokenizer (default, a directory, a .gguf, a hub id)."
@@ -84,7 +84,7 @@ def render_stats(stats: WorkloadStats, console: Console) -> None:
     )
     overview.add_row("categories", ", ".join(f"{name} {count}" for name, count in stats.categories.items()))
     no_timing = "n/a (no arrival times: back to back)"
-    overview.add_row("duration", _num(stats.duration_s, "{:.1f} s", no_timing))
+    overview.add_row("duration", _num(stats.duration_s, "{:.2f} s", no_timing))
     overview.add_row("mean arrival rate", _num(stats.mean_rate_per_s, "{:.3f} requests/s", "n/a"))
     overview.add_row("burstiness (CV of gaps)", _num(stats.burstiness_cv, "{:.2f}", "n/a"))
     overview.add_row("greedy / sampled", f"{stats.greedy_share:.0%} / {stats.sampled_share:.0%}")
@@ -132,7 +132,7 @@ def render_stats(stats: WorkloadStats, console: Console) -> None:
 @workload_app.command("validate")
 @handle_errors
 def validate_command(
-    path: str = typer.Argument(..., help=_PATH_HELP),
+    path: str = typer.Argument(..., metavar="PATH", help=_PATH_HELP),
     format: str | None = typer.Option(None, "--format", help=_FORMAT_HELP),
     max_tokens: int | None = typer.Option(None, "--max-tokens", help=_MAX_TOKENS_HELP),
 ) -> None:
@@ -147,7 +147,7 @@ def validate_command(
 @workload_app.command("convert")
 @handle_errors
 def convert_command(
-    path: str = typer.Argument(..., help=_PATH_HELP),
+    path: str = typer.Argument(..., metavar="PATH", help=_PATH_HELP),
     out: Path = typer.Option(..., "--out", help="Output file (native JSONL, .jsonl); written atomically."),
     format: str | None = typer.Option(None, "--format", help=_FORMAT_HELP),
     max_tokens: int | None = typer.Option(None, "--max-tokens", help=_MAX_TOKENS_HELP),

@@ -30,7 +30,7 @@ BUNDLED_DESCRIPTIONS = {
     "summarize": "answer or summarize from a long given passage (RAG-like)",
     "mixed": "all four interleaved, a few sampled requests (the default)",
 }
-_PATH_SUFFIXES = (".jsonl", ".json", ".ndjson", ".csv", ".tsv", ".parquet", ".pq")
+_PATH_SUFFIXES = (".jsonl", ".json", ".ndjson", ".csv", ".parquet", ".pq")
 
 
 def bundled_dir() -> Path:
@@ -71,6 +71,8 @@ def resolve_workload(spec: str, *, format: str | None = None) -> WorkloadSource:
         raise UserInputError(
             f"unknown workload {spec!r}: not a file, and not a bundled workload (available: {available})"
         )
+    if not os.access(source.path, os.R_OK):
+        raise UserInputError(f"{spec}: cannot read the file (permission denied)")
     return dataclasses.replace(source, format=fmt or detect_format(source.path))
 
 

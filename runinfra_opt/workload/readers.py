@@ -173,7 +173,7 @@ def json_shape(value: Any) -> str:
 def detect_format(path: Path) -> str:
     """By extension (.csv, .parquet/.pq), else by the shape of the first JSON record."""
     suffix = path.suffix.lower()
-    if suffix in (".csv", ".tsv"):
+    if suffix == ".csv":
         return "csv"
     if suffix in (".parquet", ".pq"):
         return "parquet"
