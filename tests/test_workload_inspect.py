@@ -126,20 +126,3 @@ def test_bad_tokenizer_is_bad_input(runner: CliRunner, tmp_path: Path) -> None:
     assert result.exit_code == 2
     assert "Traceback" not in result.output
     assert "error:" in result.stderr
-
-
-@pytest.mark.e2e
-def test_inspect_with_the_bundled_smollm2_tokenizer(runner: CliRunner) -> None:
-    from runinfra_opt.models import load_tokenizer
-
-    result = runner.invoke(app, ["workload", "inspect", str(NATIVE), "--json", "--tokenizer", "default"])
-    assert result.exit_code == 0, result.output
-    stats = json.loads(result.stdout)
-    tokenizer = load_tokenizer("default")
-    expected = []
-    for request in load_workload(str(NATIVE)).requests:
-        chat = [{"role": m.role, "content": m.content} for m in request.messages or ()]
-        ids = tokenizer.apply_chat_template(chat, add_generation_prompt=True, tokenize=True)
-        expected.append(len(ids if isinstance(ids, list) else ids["input_ids"]))
-    assert stats["length_unit"] == "tokens"
-    assert stats["prompt_length"]["p50"] == sorted(expected)[1]
