@@ -30,7 +30,7 @@ tr.winner td { font-weight: 600; background: #f3faf3; } tr.excluded td { color: 
 .plot-box { border: 1px solid #d0d7de; border-radius: 6px; padding: 4px; min-height: 440px; }
 .caption { color: #57606a; font-size: 0.85em; margin: 2px 8px 6px; }
 .empty { color: #57606a; padding: 16px; }
-.plot-box h3 { font-size: 14px; font-weight: normal; margin: 10px 12px; }
+.plot-box h3 { font-size: 15px; font-weight: 600; margin: 8px 10px 0; }
 """
 
 
@@ -49,18 +49,20 @@ def _table(columns: tuple[str, ...] | list[str], cells: list[list[str]], row_cla
     return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
 
 
-def _figure_html(fig: Any, div_id: str, caption: str) -> str:
+def _figure_html(fig: Any, div_id: str, title: str, caption: str) -> str:
+    """A plot in its box: the title as a heading (plotly's own title would sit under its mode bar), then the
+    plot, then a caption saying how to read it."""
     fig.update_layout(
         template="plotly_white",
-        margin={"l": 60, "r": 20, "t": 40, "b": 40},
+        margin={"l": 60, "r": 20, "t": 30, "b": 40},
         height=440,
-        title={"font": {"size": 14}},
         legend={"orientation": "h", "yanchor": "top", "y": -0.18, "xanchor": "left", "x": 0, "font": {"size": 10}},
     )
     plot = fig.to_html(
         full_html=False, include_plotlyjs=False, div_id=div_id, config={"displaylogo": False, "responsive": True}
     )
-    return f'<div class="plot-box">{plot}<p class="caption">{html.escape(caption)}</p></div>'
+    return (f'<div class="plot-box"><h3>{html.escape(title)}</h3>{plot}'
+            f'<p class="caption">{html.escape(caption)}</p></div>')
 
 
 def _empty(title: str, why: str) -> str:
@@ -110,13 +112,15 @@ def plot_lookahead(results: RunResults, rows: list[VariantRow]) -> str:
             ))
     baseline = next((r for r in rows if r.method == "baseline"), None)
     if baseline is not None:
-        level = baseline.measured_tokens_per_s or baseline.predicted_tokens_per_s
-        if level:
-            fig.add_hline(y=level, line={"color": "#444", "dash": "dot"}, annotation_text="baseline",
-                          annotation_position="bottom right")
-    fig.update_layout(title=title, xaxis_title="lookahead (tokens drafted per target pass)",
-                      yaxis_title="output tokens/s")
-    return _figure_html(fig, "plot-lookahead", "Dashed lines: predicted by the cost model for every lookahead; "
+        for level, label, dash in ((baseline.measured_tokens_per_s, "baseline (measured)", "dot"),
+                                   (baseline.predicted_tokens_per_s, "baseline (predicted)", "dash")):
+            if level:
+                fig.add_hline(y=level, line={"color": "#444", "dash": dash, "width": 1}, annotation_text=label,
+                              annotation_position="bottom right", annotation_font_size=10)
+    lookaheads = sorted({r.lookahead for r in speculative})
+    fig.update_layout(xaxis_title="lookahead (tokens drafted per target pass)",
+                      yaxis_title="output tokens/s", xaxis={"tickmode": "array", "tickvals": lookaheads})
+    return _figure_html(fig, "plot-lookahead", title, "Dashed lines: predicted by the cost model for every lookahead; "
                         "filled points: measured end to end, with their 95% interval.")
 
 
@@ -155,9 +159,9 @@ def plot_accepted(results: RunResults, rows: list[VariantRow]) -> str:
                              marker={"color": _PALETTE[i % len(_PALETTE)]}))
     if not fig.data:
         return _empty(title, "No speculative variant with recorded target passes.")
-    fig.update_layout(title=title, barmode="group", xaxis_title="draft tokens accepted in one target pass",
+    fig.update_layout(barmode="group", xaxis_title="draft tokens accepted in one target pass",
                       yaxis_title="share of target passes", yaxis_tickformat=".0%", xaxis={"dtick": 1})
-    return _figure_html(fig, "plot-accepted", "Share of target verification passes that accepted 0, 1, 2, ... "
+    return _figure_html(fig, "plot-accepted", title, "Share of target verification passes that accepted 0, 1, 2, ... "
                         "draft tokens (the winner and the fastest other variants).")
 
 
@@ -169,9 +173,9 @@ def plot_ttft(results: RunResults, rows: list[VariantRow]) -> str:
     baseline = next((results.variant(r.name) for r in rows if r.method == "baseline"), None)
     others = _spotlight(results, rows, 1)
     if results.decision is None or results.decision.winner == "baseline":
-        title = "TTFT: baseline (the winner) vs the best other"
+        title = "TTFT: baseline (the winner) vs the best speculative variant"
         if results.decision is None:
-            title = "TTFT: baseline vs the best so far (no decision)"
+            title = "TTFT: baseline vs the best speculative variant so far (no decision yet)"
     fig = go.Figure()
     for i, result in enumerate([r for r in (baseline, *others) if r is not None]):
         requests, source = _requests(result)
@@ -181,8 +185,8 @@ def plot_ttft(results: RunResults, rows: list[VariantRow]) -> str:
                              boxpoints="all", jitter=0.4, pointpos=0, marker={"color": _PALETTE[i]}))
     if not fig.data:
         return _empty(title, "No per-request TTFT in this run.")
-    fig.update_layout(title=title, yaxis_title="TTFT (ms)", showlegend=False)
-    return _figure_html(fig, "plot-ttft", "One point per request and repeat; box: quartiles and median.")
+    fig.update_layout(yaxis_title="TTFT (ms)", showlegend=False)
+    return _figure_html(fig, "plot-ttft", title, "One point per request and repeat; box: quartiles and median.")
 
 
 def plot_categories(results: RunResults) -> str:
@@ -210,10 +214,10 @@ def plot_categories(results: RunResults) -> str:
                              y=[c.speedup for c in decision.per_category], name="best for the category",
                              text=[c.best for c in decision.per_category], textposition="outside",
                              marker={"color": _PALETTE[2]}))
-    fig.add_hline(y=1.0, line={"color": "#444", "dash": "dot"}, annotation_text="baseline",
-                  annotation_position="top left")
-    fig.update_layout(title=title, barmode="group", yaxis_title="speedup (x baseline tokens/s)")
-    return _figure_html(fig, "plot-categories", "Measured tokens/s over the baseline's on each workload "
+    fig.add_hline(y=1.0, line={"color": "#444", "dash": "dot"}, annotation_text="1.0x = baseline",
+                  annotation_position="bottom right", annotation_font_size=10)
+    fig.update_layout(barmode="group", yaxis_title="speedup (x baseline tokens/s)")
+    return _figure_html(fig, "plot-categories", title, "Measured tokens/s over the baseline's on each workload "
                         "category; the label names the best variant for that category.")
 
 
@@ -257,7 +261,7 @@ def render_html(results: RunResults) -> str:
         parts.append("<h2>Excluded variants</h2><ul>")
         parts += [f"<li>{html.escape(line)}</li>" for line in excluded]
         parts.append("</ul>")
-    parts += [f"<p>Note: {html.escape(note)}</p>" for note in results.notes]
+    parts += [f"<p>Note: {html.escape(note)}</p>" for note in text.notes(results)]
     parts.append(f'<p class="meta">Environment: {html.escape(view.environment_line(results))}</p>')
     parts.append("</body></html>")
     return "\n".join(parts) + "\n"

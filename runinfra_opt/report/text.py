@@ -87,6 +87,12 @@ def queue_cells(results: RunResults) -> list[list[str]]:
     ]
 
 
+def notes(results: RunResults) -> list[str]:
+    """The run's notes, without those already shown (the subsampling line)."""
+    shown = results.workload.subsampled if results.workload else None
+    return [note for note in results.notes if not shown or shown not in note]
+
+
 def intro_lines(results: RunResults) -> list[str]:
     lines = []
     if results.decision is not None and results.decision.reason:
@@ -159,7 +165,7 @@ def render_table(results: RunResults, console: Console) -> None:
             sub.add_row(*cell_row)
         console.print(sub)
 
-    for note in results.notes:
+    for note in notes(results):
         console.print(Text(f"Note: {note}"))
     console.print(Text(f"Environment: {view.environment_line(results)}", style="dim"))
 
@@ -223,8 +229,8 @@ def render_markdown(results: RunResults) -> str:
     excluded = excluded_lines(rows)
     if excluded:
         out += ["### Excluded variants", ""] + [f"- {_md_escape(line)}" for line in excluded] + [""]
-    out += [f"- Note: {_md_escape(note)}" for note in results.notes]
-    if results.notes:
+    out += [f"- Note: {_md_escape(note)}" for note in notes(results)]
+    if notes(results):
         out.append("")
     out += [f"<sub>Environment: {_md_escape(view.environment_line(results))}</sub>", ""]
     return "\n".join(out)

@@ -114,6 +114,9 @@ def variant_row(results: RunResults, result: VariantResult) -> VariantRow:
         speedup, speedup_measured = measured.speedup, True
     elif predicted is not None and predicted.speedup is not None:
         speedup = predicted.speedup
+    elif method == "baseline":
+        # The baseline's speedup over itself is 1 by definition (runs may leave it unset).
+        speedup, speedup_measured = Interval(value=1.0, low=1.0, high=1.0), measured is not None
     error = None
     if measured is not None and predicted is not None and measured.tokens_per_s > 0:
         error = predicted.tokens_per_s / measured.tokens_per_s - 1.0
