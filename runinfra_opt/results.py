@@ -174,6 +174,10 @@ class RunResults(_Model):
     timings_s: dict[str, float] = Field(default_factory=dict)
     """Wall time per phase."""
     notes: list[str] = Field(default_factory=list)
+    profile: dict[str, Any] = Field(default_factory=dict)
+    """`optimize`'s profiling pass: the baseline's per-request records with output ids (`baseline`), and per
+    drafting role (`draft:<spec>`, `early_exit:<layer>`) per request the teacher-forced agreement flags as a
+    string of 0/1 (`agreement`) or, for sampled requests, the acceptance probabilities (`acceptance`)."""
 
     def variant(self, name: str) -> VariantResult | None:
         return next((v for v in self.variants if v.name == name), None)

@@ -1,0 +1,213 @@
+"""`runinfra-opt optimize`: find the best speculative configuration for a workload and write the manifest.
+
+Thin: parse options into an `OptimizeConfig`, call `run_optimize`, render the summary (stderr progress bars,
+a table and the decision in one sentence on stdout, or the decision as JSON with `--json`).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import typer
+from rich.console import Console
+
+from runinfra_opt.cli.app import app, err_console, handle_errors
+from runinfra_opt.errors import GateFailedError
+from runinfra_opt.exitcodes import ExitCode
+from runinfra_opt.optimize.config import (
+    DEFAULT_BUDGET_MINUTES,
+    DEFAULT_CONFIRM,
+    DEFAULT_MIN_SPEEDUP,
+    DEFAULT_RUNS_ROOT,
+    OptimizeConfig,
+    parse_int_list,
+    parse_methods,
+    parse_priority,
+)
+
+if TYPE_CHECKING:  # pragma: no cover
+    from rich.progress import Progress, TaskID
+
+    from runinfra_opt.results import RunResults
+
+
+class _BarReporter:
+    """One rich progress bar per phase, on stderr."""
+
+    def __init__(self, progress: Progress) -> None:
+        self.progress = progress
+        self.task: TaskID | None = None
+        self.description = ""
+
+    def phase(self, name: str, total: int | None, description: str) -> None:
+        self.end_phase()
+        self.description = description
+        self.task = self.progress.add_task(description, total=total)
+
+    def advance(self, label: str = "") -> None:
+        if self.task is not None:
+            text = f"{self.description}: {label}" if label else self.description
+            self.progress.update(self.task, advance=1, description=text)
+
+    def end_phase(self) -> None:
+        if self.task is not None:
+            self.progress.update(self.task, description=self.description)
+            self.progress.stop_task(self.task)
+            self.task = None
+
+    def note(self, text: str) -> None:
+        self.progress.console.print(text, markup=False)
+
+
+@app.command()
+@handle_errors
+def optimize(
+    priority: str = typer.Option(
+        "throughput", "--priority", help="throughput, ttft or first-token-latency (an alias of ttft)."
+    ),
+    workload: str | None = typer.Option(
+        None, "--workload", help="Bundled workload name or a workload file (default: the bundled `mixed`)."
+    ),
+    workload_format: str | None = typer.Option(None, "--format", help="Workload file format (default: by suffix)."),
+    target: str = typer.Option("default", "--target", help="default, a model directory, a .gguf file or a hub id."),
+    draft: list[str] = typer.Option([], "--draft", help="A draft model to consider (repeatable)."),
+    methods: list[str] = typer.Option(
+        [], "--methods", help="Methods to consider: ngram, early_exit, draft (repeatable or comma-separated)."
+    ),
+    lookahead: list[str] = typer.Option(
+        [], "--lookahead", help="Lookaheads for every method, replacing the defaults (e.g. 2,4,8)."
+    ),
+    ngram_max: list[str] = typer.Option([], "--ngram-max", help="Prompt lookup max n-gram sizes (default 1,2,3)."),
+    exit_layers: list[str] = typer.Option(
+        [], "--exit-layers", help="Early-exit layers (default: L/4, L/2, 3L/4 of the target's L layers)."
+    ),
+    strategy: str = typer.Option(
+        "predictive", "--strategy", help="predictive (profile, predict, confirm the best) or exhaustive (time all)."
+    ),
+    confirm: int = typer.Option(DEFAULT_CONFIRM, "--confirm", help="Predicted-best candidates to time end to end."),
+    repeats: int | None = typer.Option(
+        None, "--repeats", help="Timed repeats per request in confirmation (default: 2 or 3, by budget)."
+    ),
+    percentile: str = typer.Option("p95", "--percentile", help="TTFT percentile for --priority ttft: p50/p90/p95/p99."),
+    max_ttft_ms: float | None = typer.Option(None, "--max-ttft-ms", help="Rule out variants whose TTFT exceeds this."),
+    max_ttft_regression: float | None = typer.Option(
+        None, "--max-ttft-regression", help="Rule out variants whose TTFT exceeds the baseline's by this (0.10 = 10%)."
+    ),
+    min_speedup: float = typer.Option(
+        DEFAULT_MIN_SPEEDUP, "--min-speedup", help="A speculative winner must be at least this much faster."
+    ),
+    require_speedup: bool = typer.Option(
+        False, "--require-speedup", help="Exit 4 when the baseline wins (for CI gates)."
+    ),
+    budget_minutes: float = typer.Option(
+        DEFAULT_BUDGET_MINUTES, "--budget-minutes", help="Plan measuring to fit this many minutes (subsamples)."
+    ),
+    max_requests: int | None = typer.Option(None, "--max-requests", help="Use at most N requests (after the plan)."),
+    run_dir: Path | None = typer.Option(None, "--run-dir", help="Run directory (default: .runinfra/runs/<time>-<id>)."),
+    resume: str | None = typer.Option(
+        None, "--resume", help="Continue an interrupted run: its directory, run id or `latest`."
+    ),
+    out: Path = typer.Option(Path("runinfra-manifest.yaml"), "--out", help="Where to write the manifest."),
+    as_json: bool = typer.Option(False, "--json", help="Print the decision as JSON on stdout."),
+    device: str = typer.Option("auto", "--device", help="auto, cpu or cuda[:N]."),
+    dtype: str = typer.Option("auto", "--dtype", help="auto, float32, bfloat16 or float16."),
+    threads: int | None = typer.Option(None, "--threads", help="CPU threads for torch (default: torch's)."),
+    max_tokens: int | None = typer.Option(
+        None, "--max-tokens", help="Cap on new tokens per request (default: each request's own max_tokens)."
+    ),
+    seed: int = typer.Option(0, "--seed", help="Seed for subsampling and bootstrap intervals."),
+    remeasure_cost: bool = typer.Option(False, "--remeasure-cost", help="Measure forward costs again (no cache)."),
+    skip_too_long: bool = typer.Option(
+        False, "--skip-too-long", help="Skip requests longer than the target's context instead of failing."
+    ),
+    allow_tokenizer_mismatch: bool = typer.Option(
+        False, "--allow-tokenizer-mismatch", help="Run a draft with another tokenizer (universal assisted generation)."
+    ),
+    runs_root: Path = typer.Option(DEFAULT_RUNS_ROOT, "--runs-dir", help="Where run directories are created."),
+) -> None:
+    """Find the fastest lossless speculative-decoding setup for a workload: profile once, predict every
+    variant, time the best few against the baseline, decide on measured figures, write the manifest.
+
+    Exit codes: 0 manifest written; 2 bad input; 3 no variant (not even the baseline) satisfies the
+    constraints; 4 with --require-speedup when the baseline wins."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from runinfra_opt.optimize.run import run_optimize
+
+    config = OptimizeConfig(
+        priority=parse_priority(priority),
+        workload=workload,
+        workload_format=workload_format,
+        target=target,
+        drafts=tuple(dict.fromkeys(draft)),
+        methods=parse_methods(methods),
+        lookaheads=parse_int_list("--lookahead", lookahead),
+        ngram_max=parse_int_list("--ngram-max", ngram_max),
+        exit_layers=parse_int_list("--exit-layers", exit_layers),
+        strategy=strategy,  # type: ignore[arg-type]  # validated by OptimizeConfig
+        confirm=confirm,
+        repeats=repeats,
+        percentile=percentile,
+        max_ttft_ms=max_ttft_ms,
+        max_ttft_regression=max_ttft_regression,
+        min_speedup=min_speedup,
+        require_speedup=require_speedup,
+        budget_minutes=budget_minutes,
+        max_requests=max_requests,
+        max_tokens=max_tokens,
+        device=device,
+        dtype=dtype,
+        threads=threads,
+        seed=seed,
+        remeasure_cost=remeasure_cost,
+        allow_tokenizer_mismatch=allow_tokenizer_mismatch,
+        skip_too_long=skip_too_long,
+        run_dir=str(run_dir) if run_dir else None,
+        out=str(out),
+        runs_root=str(runs_root),
+        extra={"resume": resume} if resume else {},
+    )
+    _quiet_transformers()
+    with Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=err_console,
+        transient=False,
+    ) as bar:
+        results = run_optimize(config, reporter=_BarReporter(bar))
+    _render(results, as_json=as_json)
+    if results.decision is not None and results.decision.exit_code == int(ExitCode.GATE_FAILED):
+        raise GateFailedError(f"--require-speedup: the baseline wins ({results.decision.reason})")
+
+
+def decision_json(results: RunResults) -> dict[str, Any]:
+    """The decision as printed by `--json`: winner, reason, gain, the run and manifest locations."""
+    decision = results.decision.model_dump() if results.decision else None
+    return {
+        "run_id": results.run_id,
+        "status": results.status,
+        "decision": decision,
+        "workload": results.workload.model_dump() if results.workload else None,
+        "notes": results.notes,
+    }
+
+
+def _render(results: RunResults, *, as_json: bool) -> None:
+    if as_json:
+        typer.echo(json.dumps(decision_json(results), indent=2))
+        return
+    from runinfra_opt.optimize.summary import render_summary
+
+    render_summary(results, Console(highlight=False, soft_wrap=True))
+
+
+def _quiet_transformers() -> None:
+    """transformers' own load bars and once-only notices would interleave with the progress bars."""
+    from transformers.utils import logging
+
+    logging.set_verbosity_error()
+    logging.disable_progress_bar()

@@ -1,0 +1,78 @@
+"""What `optimize` prints when it ends: a compact table (confirmed variants and the best predicted ones) and
+the decision in one sentence. A pure function of the results; `runinfra-opt report` shows every variant."""
+
+from __future__ import annotations
+
+from rich import box
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from runinfra_opt.report import view
+from runinfra_opt.report.text import variant_cells
+from runinfra_opt.results import RunResults
+
+PREDICTED_ONLY_SHOWN = 5
+HEADERS = (
+    "variant",
+    "pred.\ntok/s",
+    "meas.\ntok/s",
+    "speedup\n[95% CI]",
+    "TTFT ms\np50/p95",
+    "accept",
+    "acc.\n/pass",
+    "loss-\nless",
+    "status",
+)
+
+
+def summary_rows(results: RunResults) -> list[view.VariantRow]:
+    """Confirmed variants (the baseline included), then the best few predicted-only ones."""
+    rows = view.variant_rows(results)
+    confirmed = [r for r in rows if r.confirmed]
+    others = [r for r in rows if not r.confirmed and r.predicted_tokens_per_s is not None]
+    others.sort(key=lambda r: -(r.predicted_tokens_per_s or 0.0))
+    return confirmed + others[:PREDICTED_ONLY_SHOWN]
+
+
+def decision_sentence(results: RunResults) -> str:
+    if results.decision is None:
+        return f"no decision (run status: {results.status})"
+    d = results.decision
+    if d.speculation:
+        return f"Use {d.winner}: {d.reason}"
+    return f"Keep the baseline: {d.reason}"
+
+
+def render_summary(results: RunResults, console: Console) -> None:
+    """The end-of-run table and the decision."""
+    table = Table(
+        title=f"optimize: run {results.run_id}",
+        title_justify="left",
+        box=box.SIMPLE_HEAD,
+        pad_edge=False,
+        collapse_padding=True,
+        show_edge=False,
+    )
+    for i, header in enumerate(HEADERS):
+        table.add_column(header, justify="left" if i in (0, 8) else "right", no_wrap=i in (3, 4))
+    for row in summary_rows(results):
+        style = "bold green" if row.status == "winner" else ("dim" if not row.confirmed else None)
+        table.add_row(*variant_cells(row, short_status=True), style=style)
+    console.print(table)
+    console.print(
+        Text(
+            f"{view.PREDICTED_MARK} = predicted, not measured. {len(results.variants)} variants predicted, "
+            f"{sum(1 for v in results.variants if v.confirmed)} timed end to end (baseline included).",
+            style="dim",
+        )
+    )
+    for vr in results.variants:
+        if vr.disqualified:
+            console.print(Text(f"disqualified {vr.name}: {vr.disqualified}"))
+    if results.workload and results.workload.subsampled:
+        console.print(Text(f"Note: {results.workload.subsampled}"))
+    console.print(Text(decision_sentence(results), style="bold"))
+    manifest = next((n for n in reversed(results.notes) if n.startswith("manifest written to ")), None)
+    if manifest:
+        console.print(Text(manifest[0].upper() + manifest[1:] + f"; full report: runinfra-opt report {results.run_id}"))

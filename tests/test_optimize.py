@@ -1,0 +1,244 @@
+"""`runinfra-opt optimize` end to end on the tiny models, through the CLI: results file, manifest, every exit
+code, resume after an interruption, predicted vs measured for every confirmed variant."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+from runinfra_opt.cli.app import app
+from runinfra_opt.engine.hf import HFEngine
+from runinfra_opt.manifest import check_manifest_file
+from runinfra_opt.optimize.run import predicted_vs_measured
+from runinfra_opt.results import load_results
+
+TINY_WORKLOAD = [
+    {"id": "echo-1", "category": "echo", "prompt": "abc abc abc abc abc abc abc", "max_tokens": 20, "arrival_s": 0.0},
+    {"id": "echo-2", "category": "echo", "prompt": "hello hello hello hello", "max_tokens": 20, "arrival_s": 0.5},
+    {
+        "id": "chat-1",
+        "category": "chat",
+        "messages": [{"role": "user", "content": "tell me a story about a cat"}],
+        "max_tokens": 20,
+        "arrival_s": 1.0,
+    },
+]
+
+
+@pytest.fixture
+def tiny_workload(tmp_path: Path) -> Path:
+    path = tmp_path / "tiny.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in TINY_WORKLOAD), encoding="utf-8")
+    return path
+
+
+def _args(tiny_models: tuple[Path, Path], workload: Path, tmp_path: Path, *extra: str) -> list[str]:
+    target, draft = tiny_models
+    return [
+        "optimize",
+        "--workload",
+        str(workload),
+        "--target",
+        str(target),
+        "--draft",
+        str(draft),
+        "--lookahead",
+        "2",
+        "--ngram-max",
+        "2",
+        "--exit-layers",
+        "2",
+        "--threads",
+        "1",
+        "--repeats",
+        "1",
+        "--runs-dir",
+        str(tmp_path / "runs"),
+        "--out",
+        str(tmp_path / "manifest.yaml"),
+        *extra,
+    ]
+
+
+def _invoke(runner: CliRunner, args: list[str]) -> Any:
+    return runner.invoke(app, args, catch_exceptions=False)
+
+
+def test_optimize_end_to_end_writes_results_and_manifest(
+    runner: CliRunner, tiny_models: tuple[Path, Path], tiny_workload: Path, tmp_path: Path
+) -> None:
+    result = _invoke(runner, _args(tiny_models, tiny_workload, tmp_path, "--confirm", "2", "--json"))
+    assert result.exit_code == 0, result.output
+    printed = json.loads(result.stdout)
+    assert printed["status"] == "complete"
+    assert printed["decision"]["winner"]
+
+    runs = tmp_path / "runs"
+    latest = runs / "latest"
+    assert latest.exists()
+    results = load_results(latest / "results.json" if latest.is_dir() else runs / latest.read_text().strip())
+    assert results.run_id == printed["run_id"]
+    assert results.status == "complete"
+    assert results.phase == "decide"
+    names = {v.name for v in results.variants}
+    assert names == {"baseline", "ngram-n2-k2", "early_exit-l2-k2", "draft:tiny-draft-k2"}
+    # Every variant is predicted per request; baseline + 2 candidates are timed end to end.
+    for v in results.variants:
+        assert v.predicted is not None
+        assert len(v.predicted_requests) == len(TINY_WORKLOAD)
+    confirmed = [v for v in results.variants if v.confirmed]
+    assert len(confirmed) == 3
+    assert confirmed[0].name == "baseline" or "baseline" in {v.name for v in confirmed}
+    for v in confirmed:
+        assert v.measured is not None
+        assert len(v.measured_requests) == len(TINY_WORKLOAD)  # 1 repeat
+        if v.name != "baseline":
+            assert v.measured.lossless is True  # greedy speculative decoding is lossless
+            assert v.measured.speedup is not None
+    rows = predicted_vs_measured(results)
+    assert {r["variant"] for r in rows} == {v.name for v in confirmed}
+    assert all(r["predicted_tokens_per_s"] > 0 and r["measured_tokens_per_s"] > 0 for r in rows)
+    # Simulated pass counts equal measured ones for greedy requests (the predictor's foundation).
+    for v in confirmed:
+        predicted = {r.request_id: r.target_passes for r in v.predicted_requests}
+        assert {r.request_id: r.target_passes for r in v.measured_requests} == predicted
+    assert results.cost_model["fitted"]["roles"].keys() >= {"target", "early_exit:2"}
+    assert results.decision is not None
+    assert results.decision.queue  # the workload records arrivals
+    assert check_manifest_file(tmp_path / "manifest.yaml") == []
+    assert (Path(results.config["runs_root"]) / results.run_id / "cost_model.json").is_file()
+
+
+def test_optimize_table_output(
+    runner: CliRunner, tiny_models: tuple[Path, Path], tiny_workload: Path, tmp_path: Path
+) -> None:
+    result = _invoke(runner, _args(tiny_models, tiny_workload, tmp_path, "--methods", "ngram", "--confirm", "1"))
+    assert result.exit_code == 0, result.output
+    assert "ngram-n2-k2" in result.stdout
+    assert "Keep the baseline" in result.stdout or "Use ngram-n2-k2" in result.stdout
+    assert "Manifest written to" in result.stdout
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--priority", "fastest"], "unknown priority"),
+        (["--strategy", "random"], "--strategy random"),
+        (["--lookahead", "0"], "--lookahead 0: must be >= 1"),
+        (["--methods", "magic"], "unknown method"),
+        (["--exit-layers", "9"], "the target has 4 layers"),
+        (["--percentile", "p42"], "--percentile p42"),
+        (["--target", "no/such-model-here"], "not in the local Hugging Face cache"),
+    ],
+)
+def test_bad_input_exits_2(
+    runner: CliRunner,
+    tiny_models: tuple[Path, Path],
+    tiny_workload: Path,
+    tmp_path: Path,
+    extra: list[str],
+    message: str,
+) -> None:
+    result = runner.invoke(app, _args(tiny_models, tiny_workload, tmp_path, *extra))
+    assert result.exit_code == 2, result.output
+    assert message in result.output
+    assert "Traceback" not in result.output
+    assert not (tmp_path / "manifest.yaml").exists()
+
+
+def test_missing_workload_exits_2(runner: CliRunner, tiny_models: tuple[Path, Path], tmp_path: Path) -> None:
+    result = runner.invoke(app, _args(tiny_models, tmp_path / "nope.jsonl", tmp_path))
+    assert result.exit_code == 2, result.output
+    assert "nope.jsonl" in result.output
+
+
+def test_impossible_ttft_exits_3_without_manifest(
+    runner: CliRunner, tiny_models: tuple[Path, Path], tiny_workload: Path, tmp_path: Path
+) -> None:
+    args = _args(tiny_models, tiny_workload, tmp_path, "--methods", "ngram", "--confirm", "1")
+    result = runner.invoke(app, [*args, "--max-ttft-ms", "0.001"])
+    assert result.exit_code == 3, result.output
+    assert "no variant satisfies the constraints" in result.output
+    assert not (tmp_path / "manifest.yaml").exists()
+    results = load_results(next((tmp_path / "runs").glob("*/results.json")))
+    assert results.status == "no_feasible"
+
+
+def test_require_speedup_exits_4_when_the_baseline_wins(
+    runner: CliRunner, tiny_models: tuple[Path, Path], tiny_workload: Path, tmp_path: Path
+) -> None:
+    # No variant can be 1000x faster: the baseline wins and the gate fails.
+    args = _args(tiny_models, tiny_workload, tmp_path, "--methods", "ngram", "--confirm", "1")
+    result = runner.invoke(app, [*args, "--min-speedup", "1000", "--require-speedup"])
+    assert result.exit_code == 4, result.output
+    assert "--require-speedup" in result.output
+    assert check_manifest_file(tmp_path / "manifest.yaml") == []  # the manifest is still written
+    results = load_results(next((tmp_path / "runs").glob("*/results.json")))
+    assert results.decision is not None
+    assert results.decision.winner == "baseline"
+
+
+@pytest.mark.parametrize("interrupt_after", [1, 12])  # 1: in the baseline pass; 12: in confirmation
+def test_resume_after_interruption_finishes_without_redoing_work(
+    interrupt_after: int,
+    runner: CliRunner,
+    tiny_models: tuple[Path, Path],
+    tiny_workload: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    calls: list[tuple[str, str, int]] = []
+    original = HFEngine.generate
+    limit = {"n": interrupt_after}
+
+    def counting(self: HFEngine, request: Any, variant: Any, *, max_tokens: int, repeat: int = 0) -> Any:
+        if max_tokens > 8 and len(calls) >= limit["n"]:  # warm-ups (8 tokens) are never interrupted
+            raise KeyboardInterrupt
+        record = original(self, request, variant, max_tokens=max_tokens, repeat=repeat)
+        if max_tokens > 8:
+            calls.append((variant.name, request.id, repeat))
+        return record
+
+    monkeypatch.setattr(HFEngine, "generate", counting)
+    args = _args(tiny_models, tiny_workload, tmp_path, "--confirm", "2", "--run-dir", str(tmp_path / "run"))
+    first = runner.invoke(app, args)
+    assert first.exit_code == 130, first.output
+    partial = load_results(tmp_path / "run" / "results.json")
+    assert partial.status == "running"
+    done_before = list(calls)
+    measured_before = {(v.name, r.request_id, r.repeat): r.e2e_s for v in partial.variants for r in v.measured_requests}
+    assert partial.phase == ("start" if interrupt_after == 1 else "predict")
+    assert len(partial.profile.get("baseline", [])) == min(interrupt_after, len(TINY_WORKLOAD))
+    assert bool(measured_before) == (interrupt_after == 12)
+
+    limit["n"] = 10**6
+    calls.clear()
+    second = runner.invoke(app, ["optimize", "--resume", str(tmp_path / "run"), "--out", str(tmp_path / "m.yaml")])
+    assert second.exit_code == 0, second.output
+    final = load_results(tmp_path / "run" / "results.json")
+    assert final.status == "complete"
+    # Nothing finished before the interruption was timed again: every timed generation of the whole run
+    # (baseline pass, method calibration, confirmation) happened exactly once across the two invocations.
+    timed_in_results = (
+        len(final.profile["baseline"])
+        + len(final.profile["calibration"])
+        + sum(len(v.measured_requests) for v in final.variants)
+    )
+    assert len(done_before) + len(calls) == timed_in_results
+    assert calls  # the resume did the rest
+    measured_after = {(v.name, r.request_id, r.repeat): r.e2e_s for v in final.variants for r in v.measured_requests}
+    assert all(measured_after[key] == value for key, value in measured_before.items())
+    confirmed = [v for v in final.variants if v.confirmed]
+    assert len(confirmed) == 3
+    assert all(len(v.measured_requests) == len(TINY_WORKLOAD) for v in confirmed)
+    assert check_manifest_file(tmp_path / "m.yaml") == []
+
+
+def test_resume_of_unknown_run_exits_2(runner: CliRunner, tmp_path: Path) -> None:
+    result = runner.invoke(app, ["optimize", "--resume", "no-such-run", "--runs-dir", str(tmp_path)])
+    assert result.exit_code == 2
+    assert "--resume no-such-run" in result.output
