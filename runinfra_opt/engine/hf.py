@@ -296,7 +296,7 @@ class HFEngine:
             config.do_sample = True
             config.temperature = float(request.temperature or 1.0)
             config.top_p = float(request.top_p) if request.top_p is not None else 1.0
-            config.top_k = None
+            config.top_k = 0  # disabled, as in OpenAI-style serving (None would fall back to transformers' 50)
         if variant.method == "ngram":
             config.prompt_lookup_num_tokens = variant.lookahead
             config.max_matching_ngram_size = variant.ngram_max
@@ -440,3 +440,9 @@ class HFEngine:
     def close(self) -> None:
         """Remove the forward hooks from the model instances."""
         self._counter.remove()
+
+    def __enter__(self) -> HFEngine:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
