@@ -26,6 +26,15 @@ TINY_WORKLOAD = [
         "max_tokens": 20,
         "arrival_s": 1.0,
     },
+    {
+        "id": "sampled-1",
+        "category": "chat",
+        "prompt": "once upon a time",
+        "max_tokens": 20,
+        "temperature": 0.8,
+        "seed": 3,
+        "arrival_s": 1.5,
+    },
 ]
 
 
@@ -104,8 +113,14 @@ def test_optimize_end_to_end_writes_results_and_manifest(
     assert all(r["predicted_tokens_per_s"] > 0 and r["measured_tokens_per_s"] > 0 for r in rows)
     # Simulated pass counts equal measured ones for greedy requests (the predictor's foundation).
     for v in confirmed:
-        predicted = {r.request_id: r.target_passes for r in v.predicted_requests}
-        assert {r.request_id: r.target_passes for r in v.measured_requests} == predicted
+        predicted = {r.request_id: r.target_passes for r in v.predicted_requests if r.greedy}
+        assert {r.request_id: r.target_passes for r in v.measured_requests if r.greedy} == predicted
+        sampled = [r for r in v.measured_requests if not r.greedy]
+        assert len(sampled) == 1
+        assert sampled[0].lossless is None  # sampled outputs are not compared
+    # The sampled request is predicted from expected acceptance (speculative sampling).
+    assert set(results.profile["acceptance"]) == {"draft:" + str(tiny_models[1]), "early_exit:2"}
+    assert all(0.0 <= p <= 1.0 for p in results.profile["acceptance"]["early_exit:2"]["sampled-1"])
     assert results.cost_model["fitted"]["roles"].keys() >= {"target", "early_exit:2"}
     assert results.decision is not None
     assert results.decision.queue  # the workload records arrivals
