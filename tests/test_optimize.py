@@ -257,3 +257,28 @@ def test_resume_of_unknown_run_exits_2(runner: CliRunner, tmp_path: Path) -> Non
     result = runner.invoke(app, ["optimize", "--resume", "no-such-run", "--runs-dir", str(tmp_path)])
     assert result.exit_code == 2
     assert "--resume no-such-run" in result.output
+
+
+def test_inflated_cached_cost_model_is_measured_again(
+    runner: CliRunner, tiny_models: tuple[Path, Path], tiny_workload: Path, tmp_path: Path
+) -> None:
+    """Cost samples cached on a busy machine (slower than the measured baseline) are measured again once."""
+    import os
+
+    args = _args(tiny_models, tiny_workload, tmp_path, "--methods", "ngram", "--confirm", "1")
+    first = runner.invoke(app, [*args, "--run-dir", str(tmp_path / "r1")])
+    assert first.exit_code == 0, first.output
+    cache = Path(os.environ["RUNINFRA_OPT_CACHE"]) / "costmodels"
+    files = list(cache.glob("*.json"))
+    assert files
+    for path in files:
+        entry = json.loads(path.read_text())
+        for samples in entry["roles"].values():
+            for sample in samples:
+                sample["seconds"] *= 1000.0
+        path.write_text(json.dumps(entry))
+    second = runner.invoke(app, [*args, "--run-dir", str(tmp_path / "r2")])
+    assert second.exit_code == 0, second.output
+    results = load_results(tmp_path / "r2" / "results.json")
+    assert any("measured it again" in note for note in results.notes)
+    assert results.cost_model["baseline_prediction_error"] < 0.30

@@ -318,6 +318,7 @@ def _run(state: _State, resumed: bool) -> None:
         with state.timed("baseline"):
             _baseline(state)
         state.finish_phase("baseline")
+    _check_cost(state)
     if not _done(state.results, "profile"):
         with state.timed("profile"):
             _profile(state)
@@ -472,6 +473,72 @@ def _cost(state: _State) -> None:
         "provenance": provenance,
         "samples": [s.to_dict() for s in samples],
     }
+    atomic_write_text(state.run_dir / "cost_model.json", json.dumps(results.cost_model, indent=1))
+    state.save()
+
+
+COST_MISMATCH = 0.30
+"""A cost model whose raw prediction of the measured baseline pass is slower than it by more than this was
+probably measured on a busy machine: measure it again (once) when it came from the cache."""
+
+
+def _baseline_prediction_error(state: _State) -> float | None:
+    """Raw cost-model prediction (no fitted overheads) of the baseline pass over its measured time, minus 1."""
+    assert state.cost is not None
+    base = list(_baseline_records(state.results).values())
+    measured = sum(r.e2e_s for r in base)
+    if not base or measured <= 0:
+        return None
+    target = state.cost.target
+    predicted = sum(
+        target.prefill(r.prompt_tokens)
+        + sum(target.forward(1, r.prompt_tokens + i) for i in range(1, max(r.output_tokens, 1)))
+        for r in base
+    )
+    return predicted / measured - 1.0
+
+
+def _check_cost(state: _State) -> None:
+    from runinfra_opt.optimize.costmodel import fit_cost_model
+    from runinfra_opt.optimize.measure_cost import measure_costs
+
+    results = state.results
+    if results.cost_model.get("checked"):
+        return
+    error = _baseline_prediction_error(state)
+    if error is None:
+        return
+    results.cost_model["baseline_prediction_error"] = error
+    cached = bool(results.cost_model.get("provenance", {}).get("cached"))
+    # Only a cost model slower than reality is suspect: forwards cannot take longer than the measured steps
+    # that contain them (a faster one is the generate loop's overhead, which the baseline calibrates).
+    if error > COST_MISMATCH and cached:
+        assert state.target is not None
+        assert state.engine is not None
+        results.notes.append(
+            f"the cached cost model predicted the baseline pass {error:+.0%} off its measured time: measured it again"
+        )
+        with state.timed("cost"):
+            samples, provenance = measure_costs(
+                state.target,
+                list(state.drafts.values()),
+                exit_layers=_exit_layers(state.space),
+                threads=state.engine.threads,
+                remeasure=True,
+                quick=bool(state.config.extra.get("quick_cost")),
+            )
+            state.cost = fit_cost_model(samples)
+        results.cost_model.update(
+            {"fitted": state.cost.to_dict(), "provenance": provenance, "samples": [s.to_dict() for s in samples]}
+        )
+        error = _baseline_prediction_error(state)
+        results.cost_model["baseline_prediction_error"] = error
+    if error is not None and error > COST_MISMATCH:
+        results.notes.append(
+            f"the cost model's raw prediction of the baseline pass is {error:+.0%} off its measured time (the "
+            "machine may have been busy while measuring); overheads fitted to the baseline absorb part of it"
+        )
+    results.cost_model["checked"] = True
     atomic_write_text(state.run_dir / "cost_model.json", json.dumps(results.cost_model, indent=1))
     state.save()
 

@@ -54,9 +54,14 @@ def render_summary(results: RunResults, console: Console) -> None:
         collapse_padding=True,
         show_edge=False,
     )
+    rows = summary_rows(results)
+    name_width = min(max((len(r.name) for r in rows), default=8), 32)
     for i, header in enumerate(HEADERS):
-        table.add_column(header, justify="left" if i in (0, 8) else "right", no_wrap=i in (3, 4))
-    for row in summary_rows(results):
+        if i == 0:
+            table.add_column(header, min_width=name_width, overflow="fold")
+        else:
+            table.add_column(header, justify="left" if i == 8 else "right", no_wrap=i in (3, 4, 8))
+    for row in rows:
         style = "bold green" if row.status == "winner" else ("dim" if not row.confirmed else None)
         table.add_row(*variant_cells(row, short_status=True), style=style)
     console.print(table)
