@@ -298,9 +298,13 @@ def run_optimize(config: OptimizeConfig, *, reporter: Reporter | None = None) ->
     state = _State(config=config, run_dir=run_dir, results=results, reporter=reporter or _Silent())
     try:
         _run(state, resumed)
-    except BaseException:
+    except BaseException as exc:
         if state.results.status == "running":
-            state.results.notes.append(f"interrupted after phase {state.results.phase}; resume with --resume")
+            if isinstance(exc, KeyboardInterrupt):
+                state.results.notes.append(f"interrupted after phase {state.results.phase}; resume with --resume")
+            else:
+                state.results.status = "failed"
+                state.results.notes.append(f"failed after phase {state.results.phase}: {exc}")
             with contextlib.suppress(Exception):
                 state.save()
         raise
