@@ -500,3 +500,27 @@ def test_a_file_wins_over_a_bundled_name(tmp_path: Path, monkeypatch: pytest.Mon
     monkeypatch.chdir(tmp_path)
     (tmp_path / "mixed").write_text('{"prompt": "local file"}\n')
     assert load_workload("mixed").requests[0].prompt == "local file"
+
+
+# ------------------------------------------------------------------------------------------ the bundled samples
+BUNDLED = ("chat", "code", "json", "mixed", "summarize")
+
+
+def test_the_bundled_workloads_are_listed() -> None:
+    from runinfra_opt.workload import DEFAULT_WORKLOAD, list_bundled
+
+    infos = list_bundled()
+    assert [info.name for info in infos] == list(BUNDLED)
+    assert DEFAULT_WORKLOAD in BUNDLED
+    for info in infos:
+        assert info.requests >= 24, info.name
+        assert info.description
+
+
+@pytest.mark.parametrize("name", BUNDLED)
+def test_every_bundled_workload_inspects_as_a_table(runner: CliRunner, name: str) -> None:
+    result = runner.invoke(app, ["workload", "inspect", name], env={"COLUMNS": "120"})
+    assert result.exit_code == 0, result.output
+    assert f"workload {name} (sha256:" in result.stdout
+    for title in ("Traffic", "Lengths (characters)", "Per category"):
+        assert title in result.stdout
