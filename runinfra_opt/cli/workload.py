@@ -171,8 +171,9 @@ def list_command(
         typer.echo(json.dumps([info.__dict__ for info in infos], indent=2))
         return
     table = Table(title="Bundled workloads", title_justify="left")
-    for column in ("name", "requests", "categories", "description", "fingerprint"):
+    for column in ("name", "requests", "categories", "description"):
         table.add_column(column, justify="right" if column == "requests" else "left")
+    table.add_column("fingerprint", no_wrap=True, min_width=len("sha256:") + 12)
     for info in infos:
         table.add_row(
             info.name,
