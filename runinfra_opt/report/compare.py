@@ -304,7 +304,7 @@ def _noise(value: bool | None) -> str:
 
 
 def _ttft(p50: float | None, p95: float | None) -> str:
-    return f"{view.fmt_num(p50, '.0f')}/{view.fmt_num(p95, '.0f')}"
+    return f"{view.fmt_ms(p50)}/{view.fmt_ms(p95)}"
 
 
 def _delta_cells(comparison: Comparison) -> list[list[str]]:

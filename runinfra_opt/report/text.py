@@ -82,7 +82,7 @@ def excluded_lines(rows: list[VariantRow]) -> list[str]:
 
 def queue_cells(results: RunResults) -> list[list[str]]:
     return [
-        [name, view.fmt_num(p50, ".0f"), view.fmt_num(p95, ".0f"), view.fmt_num(wait, ".0f"), f"{util:.0%}"]
+        [name, view.fmt_ms(p50), view.fmt_ms(p95), view.fmt_ms(wait), f"{util:.0%}"]
         for name, p50, p95, wait, util in view.queue_rows(results)
     ]
 

@@ -292,7 +292,14 @@ def fmt_ttft(row: VariantRow) -> str:
     if row.ttft_p50_ms is None and row.ttft_p95_ms is None:
         return "-"
     mark = "" if row.ttft_measured else PREDICTED_MARK
-    return f"{mark}{fmt_num(row.ttft_p50_ms, '.0f')}/{fmt_num(row.ttft_p95_ms, '.0f')}"
+    return f"{mark}{fmt_ms(row.ttft_p50_ms)}/{fmt_ms(row.ttft_p95_ms)}"
+
+
+def fmt_ms(value: float | None) -> str:
+    """Milliseconds: whole numbers, with one decimal under 10 ms (tiny models, fast GPUs)."""
+    if value is None:
+        return "-"
+    return f"{value:.1f}" if value < 10 else f"{value:.0f}"
 
 
 def fmt_lossless(value: bool | None) -> str:
