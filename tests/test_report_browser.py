@@ -26,7 +26,7 @@ pytestmark = pytest.mark.skipif(
 )
 
 
-def _chromium(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+def run_chromium(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
     assert CHROMIUM is not None
     command = [
         CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
@@ -94,13 +94,13 @@ def test_html_report_renders_in_chromium(tmp_path: Path, kind: str, results: Run
     page.write_text(render_html(results), encoding="utf-8")
     screenshot = tmp_path / f"report-{kind}.png"
 
-    shot = _chromium(tmp_path, f"--screenshot={screenshot}", "--window-size=1200,2400", page.as_uri())
+    shot = run_chromium(tmp_path, f"--screenshot={screenshot}", "--window-size=1200,2400", page.as_uri())
     assert screenshot.is_file(), f"no screenshot: {shot.stderr[-2000:]}"
     width, height, colours = png_size_and_colours(screenshot)
     assert (width, height) == (1200, 2400)
     assert colours > 20, f"the screenshot looks blank ({colours} colours)"
 
-    dom = _chromium(tmp_path, "--dump-dom", page.as_uri())
+    dom = run_chromium(tmp_path, "--dump-dom", page.as_uri())
     assert dom.returncode == 0, dom.stderr[-2000:]
     html = dom.stdout
     # After plotly.js ran, each plot div carries the js-plotly-plot class and an SVG drawn inside it.

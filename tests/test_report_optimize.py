@@ -13,6 +13,8 @@ from typer.testing import CliRunner
 
 from runinfra_opt.cli.app import app
 from runinfra_opt.results import RunResults, load_results
+from tests.test_report_browser import CHROMIUM
+from tests.test_report_browser import run_chromium as chromium
 
 WORKLOAD = [
     {"id": "echo-1", "category": "echo", "prompt": "abc abc abc abc abc abc abc", "max_tokens": 16, "arrival_s": 0.0},
@@ -97,6 +99,12 @@ def test_html_from_a_real_run(runner: CliRunner, optimized_run: Path, tmp_path: 
     for div in ("plot-lookahead", "plot-accepted", "plot-ttft", "plot-categories"):
         assert f'id="{div}"' in page, div
     assert not re.search(r"<script[^>]+src=", page)
+    if CHROMIUM is None:
+        return  # test_report_browser.py reports the skip; the checks above still ran
+    dom = chromium(tmp_path, "--dump-dom", out.as_uri())
+    assert dom.returncode == 0, dom.stderr[-2000:]
+    drawn = re.findall(r'<div id="(plot-[a-z]+)" class="[^"]*js-plotly-plot', dom.stdout)
+    assert sorted(drawn) == ["plot-accepted", "plot-categories", "plot-lookahead", "plot-ttft"]
 
 
 def test_compare_a_real_run_with_itself(runner: CliRunner, optimized_run: Path) -> None:
