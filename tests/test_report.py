@@ -338,3 +338,19 @@ def test_minimal_and_unusual_results_render_in_every_format() -> None:
 
 def load_results_from_text(text: str) -> RunResults:
     return RunResults.model_validate_json(text)
+
+
+@pytest.mark.parametrize(
+    ("status", "headline"),
+    [
+        ("no_feasible", "No feasible variant: not even the baseline satisfies the constraints"),
+        ("failed", "No decision: the run failed after phase confirm (see the notes)."),
+    ],
+)
+def test_runs_without_a_decision_say_why(status: str, headline: str) -> None:
+    results = build_results(winner=None, status=status)
+    results.notes.append("failed after phase confirm: out of memory")
+    text = table_text(results)
+    assert headline in text
+    assert "Note: failed after phase confirm: out of memory" in text
+    assert headline in render_markdown(results)

@@ -103,7 +103,7 @@ def intro_lines(results: RunResults) -> list[str]:
     subsample = view.subsample_line(results)
     if subsample:
         lines.append(subsample)
-    if results.status != "complete":
+    if results.status in ("running", "failed"):
         lines.append(
             f"Note: this run is not complete (status {results.status}, last phase finished: {results.phase}); "
             "the figures are those written so far."

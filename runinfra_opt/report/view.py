@@ -171,7 +171,9 @@ def headline(results: RunResults) -> str:
     decision = results.decision
     if decision is None:
         if results.status == "no_feasible":
-            return "No feasible variant: not even the baseline satisfies the constraints."
+            return "No feasible variant: not even the baseline satisfies the constraints (see why below)."
+        if results.status == "failed":
+            return f"No decision: the run failed after phase {results.phase} (see the notes)."
         return f"No decision yet: run status {results.status} (last phase finished: {results.phase})."
     if not decision.speculation:
         return f"Winner: {decision.winner} (no speculation)."
