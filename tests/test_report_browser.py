@@ -22,7 +22,8 @@ from tests.report_fixtures import build_results, running
 CHROMIUM = next((p for p in (shutil.which(n) for n in ("chromium", "chromium-browser", "google-chrome")) if p), None)
 pytestmark = pytest.mark.skipif(
     CHROMIUM is None,
-    reason="chromium is not installed and could not be (install it with `apt-get install -y chromium`)",
+    reason="chromium is not installed on this machine and could not be installed here (it needs "
+    "`apt-get update && apt-get install -y chromium`, which make test runs where apt-get works)",
 )
 
 
