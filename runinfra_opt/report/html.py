@@ -112,11 +112,14 @@ def plot_lookahead(results: RunResults, rows: list[VariantRow]) -> str:
             ))
     baseline = next((r for r in rows if r.method == "baseline"), None)
     if baseline is not None:
-        for level, label, dash in ((baseline.measured_tokens_per_s, "baseline (measured)", "dot"),
-                                   (baseline.predicted_tokens_per_s, "baseline (predicted)", "dash")):
+        # Labels on opposite sides so they stay readable when the two levels are close.
+        for level, label, dash, side in (
+            (baseline.measured_tokens_per_s, "baseline (measured)", "dot", "bottom right"),
+            (baseline.predicted_tokens_per_s, "baseline (predicted)", "dash", "top left"),
+        ):
             if level:
                 fig.add_hline(y=level, line={"color": "#444", "dash": dash, "width": 1}, annotation_text=label,
-                              annotation_position="bottom right", annotation_font_size=10)
+                              annotation_position=side, annotation_font_size=10)
     lookaheads = sorted({r.lookahead for r in speculative})
     fig.update_layout(xaxis_title="lookahead (tokens drafted per target pass)",
                       yaxis_title="output tokens/s", xaxis={"tickmode": "array", "tickvals": lookaheads})
