@@ -187,7 +187,10 @@ def atomic_write_text(path: Path, text: str) -> None:
     """Write `text` to `path` atomically: a temp file in the same directory, fsync, then rename."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    umask = os.umask(0)
+    os.umask(umask)
     try:
+        Path(tmp).chmod(0o666 & ~umask)  # mkstemp creates 0600; results are ordinary files
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
             fh.write(text)
             fh.flush()
