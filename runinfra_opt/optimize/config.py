@@ -16,7 +16,7 @@ PRIORITIES: dict[str, Priority] = {"throughput": "throughput", "ttft": "ttft", "
 STRATEGIES: tuple[Strategy, ...] = ("predictive", "exhaustive")
 PERCENTILES = ("p50", "p90", "p95", "p99")
 
-DEFAULT_BUDGET_MINUTES = 6.0
+DEFAULT_BUDGET_MINUTES = 7.0
 """Planned time for measuring (cost model, baseline, profiling, confirmation). With model loading and the
 margins of the plan, `optimize --priority throughput` with no other argument ends in under 10 minutes on a
 2-core CPU."""

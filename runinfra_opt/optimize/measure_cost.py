@@ -4,7 +4,9 @@ For the target: a forward over k = 1..17 new tokens with a KV cache already hold
 (verification of k-1 drafted tokens + 1), at two context lengths, and a prefill at several prompt lengths.
 For each draft: prefill and forwards of a few tokens (drafting is mostly one token at a time). For each
 early-exit layer L: the same as a draft, through the target's first L layers + norm + head (what
-transformers' early-exit drafting runs). Medians of a few runs after a warm-up; clocks read after a CUDA
+transformers' early-exit drafting runs). The fastest of a few runs after a warm-up (interference from other
+processes only ever adds time; the generate loop's typical overheads are fitted later from the measured
+baseline, see `costmodel.calibrate_overheads`); clocks read after a CUDA
 synchronize. Verification is not free on a CPU and T(k) is not monotonic in k, so it is a measured table.
 
 Measured samples are cached per model under `cache_dir()/costmodels/<model hash>-<device>-<dtype>-t<threads>.json`
@@ -15,7 +17,6 @@ from __future__ import annotations
 
 import functools
 import json
-import statistics
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
@@ -25,7 +26,7 @@ from typing import Any
 from runinfra_opt.models import cache_dir
 from runinfra_opt.results import atomic_write_text
 
-COST_CACHE_VERSION = 1
+COST_CACHE_VERSION = 2
 TARGET_TOKENS = tuple(range(1, 18))
 """k for the target's forward table: verifying up to 16 drafted tokens + 1."""
 DRAFT_TOKENS = (1, 2, 3, 4, 6, 8)
@@ -35,7 +36,7 @@ PREFILL_LENGTHS = (16, 64, 128, 256, 512)
 
 @dataclass(frozen=True)
 class CostSample:
-    """One measured median: `role` is `target`, `draft:<spec>` or `early_exit:<layer>`."""
+    """One measured time (the fastest of `runs`): `role` is `target`, `draft:<spec>` or `early_exit:<layer>`."""
 
     role: str
     kind: str
@@ -158,7 +159,7 @@ def measure_model(
                     _crop(cache, context)
                 if on_step:
                     on_step()
-            samples += [CostSample(role, "forward", k, context, statistics.median(v), len(v)) for k, v in times.items()]
+            samples += [CostSample(role, "forward", k, context, min(v), len(v)) for k, v in times.items()]
 
         prefill: dict[int, list[float]] = {p: [] for p in prefill_lengths}
         for _ in range(repeats):
@@ -176,7 +177,7 @@ def measure_model(
                 prefill[p].append(_timed(run_prefill, device))
             if on_step:
                 on_step()
-        samples += [CostSample(role, "prefill", p, 0, statistics.median(v), len(v)) for p, v in prefill.items()]
+        samples += [CostSample(role, "prefill", p, 0, min(v), len(v)) for p, v in prefill.items()]
     return samples
 
 

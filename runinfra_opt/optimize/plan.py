@@ -85,11 +85,13 @@ def plan_requests(
     seed: int,
     max_requests: int | None = None,
     timed_variants: int | None = None,
+    budget_minutes: float | None = None,
 ) -> RequestPlan:
     """The most requests whose estimated baseline + profiling + confirmation fits `budget_s`, at least one.
 
     `repeats=None` picks 3 when every request fits with 3, else 2. `timed_variants` (exhaustive strategy:
-    every variant but the baseline) replaces `confirm` in the estimate."""
+    every variant but the baseline) replaces `confirm` in the estimate. `budget_minutes` is the user's whole
+    budget, for the note (`budget_s` is what is left of it)."""
     if not requests:
         raise ValueError("no requests to plan")
     per_request = {r.id: max(estimate_s(r), 1e-3) for r in requests}
@@ -121,7 +123,7 @@ def plan_requests(
     note = None
     if len(chosen) < len(requests):
         why = (
-            f"the {budget_s / 60:.1f}-minute budget"
+            f"the {budget_minutes if budget_minutes is not None else budget_s / 60:g}-minute budget"
             if max_requests is None or len(chosen) < max_requests
             else f"a cap of {max_requests} requests"
         )

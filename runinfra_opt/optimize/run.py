@@ -59,6 +59,8 @@ RESULTS_FILE = "results.json"
 WARMUP_TOKENS = 8
 CALIBRATION_REQUESTS = 2
 CALIBRATION_LOOKAHEAD = 4
+CALIBRATION_TOKENS = 48
+"""Calibration runs stop after this many tokens: the per-round overhead does not need whole answers."""
 
 
 class Reporter(Protocol):
@@ -579,6 +581,7 @@ def _plan(state: _State) -> None:
         seed=config.seed,
         max_requests=config.max_requests,
         timed_variants=timed_variants,
+        budget_minutes=config.budget_minutes,
     )
     state.requests = [r for r in state.requests if r.id in set(plan.request_ids)]
     results.config["plan"] = {
@@ -726,14 +729,17 @@ def _calibrate(state: _State) -> None:
     base = _baseline_records(results)
     shortest = sorted((r for r in state.requests if r.greedy), key=lambda r: base[r.id].e2e_s)[:CALIBRATION_REQUESTS]
     done = {(c["variant"], c["request_id"]) for c in stored}
+    cap = min(state.max_tokens, CALIBRATION_TOKENS)
     for variant in _calibration_variants(state.space):
         todo = [r for r in shortest if (variant.name, r.id) not in done]
         if not todo:
             continue
         state.engine.warmup(todo[0], variant, max_tokens=WARMUP_TOKENS)
         for request in todo:
-            record = state.engine.generate(request, variant, max_tokens=state.max_tokens)
-            stored.append({"variant": variant.name, **record_to_result(record, keep_ids=False).model_dump()})
+            record = state.engine.generate(request, variant, max_tokens=cap)
+            stored.append(
+                {"variant": variant.name, "max_tokens": cap, **record_to_result(record, keep_ids=False).model_dump()}
+            )
             state.save()
 
 
@@ -756,7 +762,7 @@ def _fit_overheads(state: _State) -> CostModel:
         request = requests.get(item["request_id"])
         if variant is None or request is None or request.id not in base:
             continue
-        sim = _simulate(state, variant, request)
+        sim = _simulate(state, variant, request, max_tokens=item.get("max_tokens"))
         if isinstance(sim, SimResult):
             runs.setdefault(variant.method, []).append((sim, int(item["prompt_tokens"]), variant, float(item["e2e_s"])))
     for method, method_runs in runs.items():
@@ -767,7 +773,11 @@ def _fit_overheads(state: _State) -> CostModel:
 # ---- phase 6: predict ---------------------------------------------------------------------------------------
 
 
-def _simulate(state: _State, variant: Variant, request: Request) -> SimResult | ExpectedSimResult | None:
+def _simulate(
+    state: _State, variant: Variant, request: Request, *, max_tokens: int | None = None
+) -> SimResult | ExpectedSimResult | None:
+    """Simulated passes of `request` under `variant` from the profiling pass; `max_tokens` simulates a run
+    capped shorter than the baseline's (its greedy output is the baseline's, cut)."""
     from runinfra_opt.optimize.simulate import expected_sampled, simulate_baseline, simulate_draft, simulate_ngram
 
     assert state.engine is not None
@@ -775,8 +785,9 @@ def _simulate(state: _State, variant: Variant, request: Request) -> SimResult | 
     if base is None:
         return None
     prompt = state.engine.prompt_ids(request)
-    output = [int(i) for i in (base.model_extra or {}).get("output_ids", [])]
-    max_length = len(prompt) + state.engine.max_new_tokens(request, state.max_tokens)
+    cap = state.engine.max_new_tokens(request, min(max_tokens or state.max_tokens, state.max_tokens))
+    output = [int(i) for i in (base.model_extra or {}).get("output_ids", [])][:cap]
+    max_length = len(prompt) + cap
     if variant.method == "baseline":
         return simulate_baseline(len(output))
     if variant.method == "ngram":
@@ -869,15 +880,28 @@ def rank_predicted(results: RunResults, config: OptimizeConfig) -> list[VariantR
             config.max_ttft_regression is not None and base_ttft and ttft > base_ttft * (1 + config.max_ttft_regression)
         )
 
-    def key(v: VariantResult) -> tuple[bool, float, float]:
+    def key(v: VariantResult) -> tuple[bool, float, float, tuple[int, int, str]]:
         assert v.predicted is not None
         tps = v.predicted.tokens_per_s
+        simpler = Variant.from_dict(v.variant).simplicity_key
         if config.priority == "ttft":
-            return (breaks_constraint(v), v.predicted.ttft_s.get(config.percentile, float("inf")), -tps)
-        return (breaks_constraint(v), -tps, 0.0)
+            return (breaks_constraint(v), v.predicted.ttft_s.get(config.percentile, float("inf")), -tps, simpler)
+        return (breaks_constraint(v), -tps, 0.0, simpler)
 
     ranked = [v for v in results.variants if v.name != BASELINE.name and v.predicted is not None]
     return sorted(ranked, key=key)
+
+
+def _behaviour(vr: VariantResult) -> tuple[Any, ...]:
+    """What a variant computes, per its simulation: its drafting model and every request's passes. Two
+    variants with the same behaviour (e.g. prompt lookup with max match 2 and 3 finding the same candidates)
+    cost the same, so timing both would waste the budget."""
+    variant = Variant.from_dict(vr.variant)
+    per_request = tuple(
+        (r.request_id, r.target_passes, r.draft_passes, r.drafted_tokens, tuple(r.accepted_per_pass))
+        for r in vr.predicted_requests
+    )
+    return (variant.method, variant.draft, variant.exit_layer, per_request)
 
 
 # ---- phase 7: confirm ---------------------------------------------------------------------------------------
@@ -894,7 +918,16 @@ def _confirm_variants(state: _State) -> list[Variant]:
         chosen = [v for v in state.space if v.is_speculative]
         repeats = int(plan.get("repeats", 2))
     else:
-        ranked = [by_name[v.name] for v in rank_predicted(state.results, config)][: config.confirm]
+        ranked = []
+        seen: set[tuple[Any, ...]] = set()
+        for vr in rank_predicted(state.results, config):
+            behaviour = _behaviour(vr)
+            if behaviour in seen:
+                continue  # the same passes as a better-ranked (or equally ranked, simpler) candidate
+            seen.add(behaviour)
+            ranked.append(by_name[vr.name])
+            if len(ranked) == config.confirm:
+                break
         base = _baseline_records(state.results)
         baseline_s = sum(base[r.id].e2e_s for r in state.requests if r.id in base)
         candidate_s = []

@@ -9,7 +9,6 @@ from rich.table import Table
 from rich.text import Text
 
 from runinfra_opt.report import view
-from runinfra_opt.report.text import variant_cells
 from runinfra_opt.results import RunResults
 
 PREDICTED_ONLY_SHOWN = 5
@@ -20,10 +19,10 @@ HEADERS = (
     "speedup\n[95% CI]",
     "TTFT ms\np50/p95",
     "accept",
-    "acc.\n/pass",
     "loss-\nless",
     "status",
 )
+SHORT_STATUS = {"predicted only": "predicted", "ruled out": "ruled out", "disqualified": "disqual."}
 
 
 def summary_rows(results: RunResults) -> list[view.VariantRow]:
@@ -33,6 +32,20 @@ def summary_rows(results: RunResults) -> list[view.VariantRow]:
     others = [r for r in rows if not r.confirmed and r.predicted_tokens_per_s is not None]
     others.sort(key=lambda r: -(r.predicted_tokens_per_s or 0.0))
     return confirmed + others[:PREDICTED_ONLY_SHOWN]
+
+
+def _cells(row: view.VariantRow) -> list[str]:
+    predicted = not row.ttft_measured
+    return [
+        row.name,
+        view.fmt_num(row.predicted_tokens_per_s),
+        view.fmt_num(row.measured_tokens_per_s),
+        view.fmt_speedup(row.speedup, predicted=not row.speedup_measured),
+        view.fmt_ttft(row),
+        view.fmt_pct(row.acceptance_rate, predicted=predicted),
+        view.fmt_lossless(row.lossless),
+        SHORT_STATUS.get(row.status, row.status),
+    ]
 
 
 def decision_sentence(results: RunResults) -> str:
@@ -60,10 +73,12 @@ def render_summary(results: RunResults, console: Console) -> None:
         if i == 0:
             table.add_column(header, min_width=name_width, overflow="fold")
         else:
-            table.add_column(header, justify="left" if i == 8 else "right", no_wrap=i in (3, 4, 8))
+            table.add_column(
+                header, justify="left" if i == 7 else "right", no_wrap=True, min_width=9 if i == 7 else None
+            )
     for row in rows:
         style = "bold green" if row.status == "winner" else ("dim" if not row.confirmed else None)
-        table.add_row(*variant_cells(row, short_status=True), style=style)
+        table.add_row(*_cells(row), style=style)
     console.print(table)
     console.print(
         Text(
