@@ -56,12 +56,13 @@ def test_optimize_on_smollm2(runner: CliRunner, tmp_path: Path) -> None:
     assert results.workload.subsampled is not None
     assert len(results.variants) == 1 + 2 + 2
     confirmed = [v for v in results.variants if v.confirmed]
-    assert len(confirmed) == 3
+    # baseline + up to 2 candidates (a candidate that behaves exactly like a better one is skipped)
+    assert 2 <= len(confirmed) <= 3
     for v in confirmed:
         assert v.measured is not None
         assert v.measured.lossless in (True, None)
         # The simulator's target passes equal the real ones on greedy requests.
         predicted = {r.request_id: r.target_passes for r in v.predicted_requests if r.greedy}
         assert {r.request_id: r.target_passes for r in v.measured_requests if r.greedy} == predicted
-    assert len(predicted_vs_measured(results)) == 3
+    assert len(predicted_vs_measured(results)) == len(confirmed)
     assert check_manifest_file(tmp_path / "manifest.yaml") == []
