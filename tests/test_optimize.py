@@ -282,3 +282,15 @@ def test_inflated_cached_cost_model_is_measured_again(
     results = load_results(tmp_path / "r2" / "results.json")
     assert any("measured it again" in note for note in results.notes)
     assert results.cost_model["baseline_prediction_error"] < 0.30
+
+
+def test_exhaustive_times_every_variant(
+    runner: CliRunner, tiny_models: tuple[Path, Path], tiny_workload: Path, tmp_path: Path
+) -> None:
+    args = _args(tiny_models, tiny_workload, tmp_path, "--strategy", "exhaustive", "--run-dir", str(tmp_path / "ex"))
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    results = load_results(tmp_path / "ex" / "results.json")
+    assert all(v.confirmed and v.measured is not None for v in results.variants)
+    assert len(predicted_vs_measured(results)) == len(results.variants) == 4
+    assert "calibration" not in results.profile or not results.profile["calibration"]
