@@ -17,20 +17,21 @@ from runinfra_opt.optimize.run import predicted_vs_measured
 from runinfra_opt.results import load_results
 
 TINY_WORKLOAD = [
-    {"id": "echo-1", "category": "echo", "prompt": "abc abc abc abc abc abc abc", "max_tokens": 20, "arrival_s": 0.0},
-    {"id": "echo-2", "category": "echo", "prompt": "hello hello hello hello", "max_tokens": 20, "arrival_s": 0.5},
+    # Longer than the calibration cap (48 tokens): calibration simulates cut outputs.
+    {"id": "echo-1", "category": "echo", "prompt": "abc abc abc abc abc abc abc", "max_tokens": 60, "arrival_s": 0.0},
+    {"id": "echo-2", "category": "echo", "prompt": "hello hello hello hello", "max_tokens": 60, "arrival_s": 0.5},
     {
         "id": "chat-1",
         "category": "chat",
         "messages": [{"role": "user", "content": "tell me a story about a cat"}],
-        "max_tokens": 20,
+        "max_tokens": 60,
         "arrival_s": 1.0,
     },
     {
         "id": "sampled-1",
         "category": "chat",
         "prompt": "once upon a time",
-        "max_tokens": 20,
+        "max_tokens": 60,
         "temperature": 0.8,
         "seed": 3,
         "arrival_s": 1.5,

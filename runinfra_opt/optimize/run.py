@@ -800,11 +800,12 @@ def _simulate(
         bits = state.results.profile.get("agreement", {}).get(role, {}).get(request.id)
         if bits is None:
             return None
-        return simulate_draft(_flags(bits), variant.lookahead, prompt_len=len(prompt), max_length=max_length)
+        flags = _flags(bits)[: len(output)]
+        return simulate_draft(flags, variant.lookahead, prompt_len=len(prompt), max_length=max_length)
     probs = state.results.profile.get("acceptance", {}).get(role, {}).get(request.id)
     if probs is None:
         return None
-    return expected_sampled(probs, variant.lookahead, prompt_len=len(prompt), max_length=max_length)
+    return expected_sampled(probs[: len(output)], variant.lookahead, prompt_len=len(prompt), max_length=max_length)
 
 
 def _predicted_result(
