@@ -122,22 +122,47 @@ def test_unknown_draft_role_is_a_clear_error() -> None:
         predict_request(simulate_baseline(3), 16, cost, Variant("draft", lookahead=2, draft="other"))
 
 
-def test_calibration_recovers_overheads() -> None:
+def test_calibration_recovers_overheads_at_one_prompt_length() -> None:
     truth = fit_cost_model(_samples())
     truth.request_overhead_s, truth.step_overhead_s = 0.004, 0.0015
     observations = []
-    for prompt, n in ((20, 10), (64, 30), (200, 5)):
-        ttft, e2e = predict_request(simulate_baseline(n), prompt, truth, BASELINE)
-        observations.append(Observation(prompt, n, ttft, e2e))
+    for n in (10, 30, 5):
+        ttft, e2e = predict_request(simulate_baseline(n), 64, truth, BASELINE)
+        observations.append(Observation(64, n, ttft, e2e))
     fitted = calibrate_overheads(fit_cost_model(_samples()), observations)
     assert fitted.request_overhead_s == pytest.approx(0.004)
     assert fitted.step_overhead_s == pytest.approx(0.0015)
+    assert fitted.target.prefill_line is None
+    # a prefill table that over-estimates gives a negative correction, not a clamp at 0
+    faster = [Observation(64, o.output_tokens, o.ttft_s - 0.1, o.e2e_s - 0.1) for o in observations]
+    assert calibrate_overheads(fit_cost_model(_samples()), faster).request_overhead_s == pytest.approx(-0.096)
 
+
+def test_calibration_fits_ttft_line_robustly_over_prompt_lengths() -> None:
+    cost = fit_cost_model(_samples())
+    # TTFT = 10 ms + 2 ms/token, one request disturbed by +1 s: the robust line ignores it.
+    prompts = [20, 50, 100, 200, 400, 800]
+    observations = [Observation(p, 1, 0.010 + 0.002 * p + (1.0 if p == 400 else 0.0), 0.0) for p in prompts]
+    fitted = calibrate_overheads(cost, observations)
+    assert fitted.request_overhead_s == 0.0
+    assert fitted.target.prefill_line == pytest.approx((0.010, 0.002))
+    ttft, _ = predict_request(simulate_baseline(1), 1000, fitted, BASELINE)
+    assert ttft == pytest.approx(0.010 + 0.002 * 1000)
+    # the draft's table is untouched; the target's round-0 prefill covers prompt + candidates
+    sim = simulate_draft([True, True], 2, prompt_len=1000, max_length=2000, draft_eos=[False, False])
+    ttft, _ = predict_request(sim, 1000, fitted, Variant("draft", lookahead=2, draft="tiny"))
+    draft = fitted.role("draft:tiny")
+    assert ttft == pytest.approx(draft.prefill(1000) + draft.forward(1) + 0.010 + 0.002 * 1002)
+    assert CostModel.from_dict(json.loads(json.dumps(fitted.to_dict()))) == fitted
+
+
+def test_round_overhead_calibration() -> None:
+    truth = fit_cost_model(_samples())
     variant = Variant("draft", lookahead=2, draft="tiny")
     truth.round_overhead_s["draft"] = 0.003
     sim = simulate_draft([True, False] * 8, 2, prompt_len=30, max_length=100)
     _, e2e = predict_request(sim, 30, truth, variant)
-    rounded = calibrate_round_overhead(fitted, "draft", [(sim, 30, variant, e2e)])
+    rounded = calibrate_round_overhead(fit_cost_model(_samples()), "draft", [(sim, 30, variant, e2e)])
     assert rounded.round_overhead_s["draft"] == pytest.approx(0.003)
 
 

@@ -3,8 +3,10 @@
 Built from measured samples (`optimize.measure_cost` measures them on this device): per model role
 (`target`, `draft:<spec>`, `early_exit:<layer>`) a table of forward times over k new tokens (a table, not a
 formula: on a CPU verification is not free and the time is not monotonic in k), an optional slope in the
-context length, and prefill times over prompt lengths (piecewise linear). Per-request and per-step
-overheads of the generate loop come from the baseline's own timings (`calibrate_overheads`).
+context length, and prefill times over prompt lengths (piecewise linear). The baseline's own timings then
+calibrate the target's time to first token over prompt length and the generate loop's per-step overhead
+(`calibrate_overheads`); a few timed speculative requests calibrate a per-round overhead per method
+(`calibrate_round_overhead`).
 
 `predict_request` turns a `SimResult` into (TTFT, end-to-end) seconds:
 - TTFT = overhead + [draft prefill of the prompt + the draft's further steps of round 0] + the target's
@@ -18,7 +20,7 @@ from __future__ import annotations
 import statistics
 from bisect import bisect_left
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from runinfra_opt.optimize.simulate import ExpectedSimResult, SimResult
@@ -67,6 +69,9 @@ class RoleCost:
     ref_context: int = 0
     context_slope_s: float = 0.0
     """Extra seconds per token of KV cache beyond `ref_context` (>= 0; median over k)."""
+    prefill_line: tuple[float, float] | None = None
+    """(intercept s, slope s/token) fitted to the baseline's measured TTFTs (`calibrate_overheads`); when set,
+    it replaces the prefill table (which a few noisy microbenchmark points can skew)."""
 
     def forward(self, tokens: int, context: int | None = None) -> float:
         """A forward over `tokens` new tokens: the measured value, linear between measured k, flat-extended
@@ -80,7 +85,11 @@ class RoleCost:
 
     def prefill(self, tokens: int) -> float:
         """A prefill over `tokens` prompt tokens, piecewise linear over the measured lengths. Below the smallest
-        measured length it interpolates from a one-token forward at (1, forward(1))."""
+        measured length it interpolates from a one-token forward at (1, forward(1)). A fitted `prefill_line`
+        takes precedence."""
+        if self.prefill_line is not None:
+            intercept, slope = self.prefill_line
+            return max(intercept + slope * tokens, 0.0)
         points = sorted((float(n), v) for n, v in self.prefill_s.items())
         if not points:
             return self.forward(tokens, 0)
@@ -94,6 +103,7 @@ class RoleCost:
             "prefill_s": {str(k): v for k, v in sorted(self.prefill_s.items())},
             "ref_context": self.ref_context,
             "context_slope_s": self.context_slope_s,
+            "prefill_line": list(self.prefill_line) if self.prefill_line is not None else None,
         }
 
     @classmethod
@@ -103,6 +113,7 @@ class RoleCost:
             prefill_s={int(k): float(v) for k, v in data.get("prefill_s", {}).items()},
             ref_context=int(data.get("ref_context", 0)),
             context_slope_s=float(data.get("context_slope_s", 0.0)),
+            prefill_line=(float(line[0]), float(line[1])) if (line := data.get("prefill_line")) else None,
         )
 
 
@@ -202,22 +213,42 @@ class Observation:
     e2e_s: float
 
 
+def _theil_sen(points: Sequence[tuple[float, float]]) -> tuple[float, float]:
+    """Robust line through (x, y): the median of pairwise slopes (clamped at >= 0), then the median intercept."""
+    slopes = [(y1 - y0) / (x1 - x0) for i, (x0, y0) in enumerate(points) for x1, y1 in points[i + 1 :] if x1 != x0]
+    slope = max(statistics.median(slopes), 0.0) if slopes else 0.0
+    return statistics.median(y - slope * x for x, y in points), slope
+
+
 def calibrate_overheads(cost: CostModel, baseline: Iterable[Observation]) -> CostModel:
-    """Set `request_overhead_s` and `step_overhead_s` from measured greedy baseline requests: the median of
-    (TTFT - prefill(P)) and the median per-step residual of (e2e - TTFT - sum of one-token forwards). The step
-    overhead may come out negative when the bare forward table over-estimates in-loop passes; the sum of a
-    step stays >= 0 in prediction."""
+    """Calibrate the target's time to first token and the per-step overhead from measured greedy baseline
+    requests (the same requests, on the same machine, that the prediction is for).
+
+    - With at least 3 requests of at least 2 distinct prompt lengths, TTFT is fitted as a robust line
+      (Theil-Sen) over prompt length: it becomes the target's `prefill_line` and includes the request
+      overhead (so `request_overhead_s` is 0). Otherwise `request_overhead_s` is the median of
+      (TTFT - prefill(P)) from the table, negative when the table over-estimates.
+    - `step_overhead_s` is the median per-step residual of (e2e - TTFT - sum of one-token forwards): the
+      generate loop's Python cost and the longer real contexts. It may be negative; a step's sum stays >= 0.
+    """
+    observations = list(baseline)
     target = cost.target
-    ttft_residuals, step_residuals = [], []
-    for obs in baseline:
-        ttft_residuals.append(obs.ttft_s - target.prefill(obs.prompt_tokens))
+    request_overhead = cost.request_overhead_s
+    points = [(float(o.prompt_tokens), o.ttft_s) for o in observations]
+    if len(points) >= 3 and len({x for x, _ in points}) >= 2:
+        target = replace(target, prefill_line=_theil_sen(points))
+        request_overhead = 0.0
+    elif points:
+        request_overhead = statistics.median(t - target.prefill(int(x)) for x, t in points)
+    step_residuals = []
+    for obs in observations:
         steps = obs.output_tokens - 1
         if steps > 0:
             forwards = sum(target.forward(1, obs.prompt_tokens + i) for i in range(1, steps + 1))
             step_residuals.append((obs.e2e_s - obs.ttft_s - forwards) / steps)
     return CostModel(
-        roles=cost.roles,
-        request_overhead_s=max(statistics.median(ttft_residuals), 0.0) if ttft_residuals else cost.request_overhead_s,
+        roles={**cost.roles, "target": target},
+        request_overhead_s=request_overhead,
         step_overhead_s=statistics.median(step_residuals) if step_residuals else cost.step_overhead_s,
         round_overhead_s=dict(cost.round_overhead_s),
     )
@@ -259,7 +290,7 @@ def predict_request(
     if drafter is not None and first_drafted > 0:
         ttft += drafter.prefill(prompt_len) + step
         ttft += sum(max(drafter.forward(1, prompt_len + j) + step, 0.0) for j in range(1, first_drafted))
-    ttft += target.prefill(prompt_len + first_drafted)
+    ttft = max(ttft + target.prefill(prompt_len + first_drafted), 0.0)
 
     decode = 0.0
     if isinstance(sim, SimResult):
