@@ -208,3 +208,31 @@ def test_holdout_split_is_stratified_and_deterministic() -> None:
     assert holdout_split(requests, 0.0) == (list(range(12)), [])
     single = [Request(id="only", line=1, category="c", prompt="x")]
     assert holdout_split(single, 0.5) == ([0], [])
+
+
+def test_projected_target_with_the_full_basis_and_every_layer_is_the_target(tiny_models: tuple[Path, Path]) -> None:
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from runinfra_opt.distill.train import init_draft_from_layers, residual_basis, source_layers
+
+    target = AutoModelForCausalLM.from_pretrained(tiny_models[0]).eval()
+    ids = torch.arange(4, 44).unsqueeze(0)
+    width = target.config.hidden_size
+    basis = residual_basis(target, [ids[0].tolist()], width)
+    draft = init_draft_from_layers(target, target.config.num_hidden_layers, basis, seed=0)
+    with torch.no_grad():
+        assert torch.allclose(draft(ids).logits, target(ids).logits, atol=1e-4)
+    narrow = init_draft_from_layers(target, 2, basis[:, : width // 2], seed=0)
+    assert narrow.config.hidden_size == width // 2
+    assert source_layers(30, 2) == [0, 29]
+    assert source_layers(30, 4) == [0, 10, 19, 29]
+
+
+def test_cli_hidden_wider_than_the_target_exits_2(
+    tiny_models: tuple[Path, Path], tiny_workload: Path, tmp_path: Path, runner: CliRunner
+) -> None:
+    args = ["draft", "distill", "--target", str(tiny_models[0]), "--workload", str(tiny_workload)]
+    result = runner.invoke(app, [*args, "--out", str(tmp_path / "x"), "--hidden", "128", "--max-steps", "1"])
+    assert result.exit_code == 2, result.output
+    assert "wider than the target" in result.output

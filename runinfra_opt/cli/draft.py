@@ -37,6 +37,11 @@ def distill_command(
     max_steps: int | None = typer.Option(None, "--max-steps", help="Stop after N training steps."),
     lookahead: int = typer.Option(4, "--lookahead", help="Lookahead of the held-out acceptance report."),
     threads: int | None = typer.Option(None, "--threads", help="CPU threads for torch (default: torch's)."),
+    init: str = typer.Option(
+        "layers",
+        "--init",
+        help="layers: the target's layers projected to the draft's width; embedding: embeddings only.",
+    ),
     force: bool = typer.Option(False, "--force", help="Train again even if --out holds a draft of these settings."),
     as_json: bool = typer.Option(False, "--json", help="Print distill.json on stdout."),
 ) -> None:
@@ -62,6 +67,7 @@ def distill_command(
         max_steps=max_steps,
         lookahead=lookahead,
         threads=threads,
+        init=init,
     )
     config.validate()
     with _RichProgress() as progress:

@@ -11,6 +11,7 @@ from typing import Any
 from runinfra_opt.errors import UserInputError
 
 HEAD_DIM = 64
+INITS = ("layers", "embedding")
 """Attention head width of every draft (hidden must be a multiple of it)."""
 
 
@@ -50,6 +51,9 @@ class DistillConfig:
     prompt_positions: int = 128
     """Prompt positions sampled per sequence and step for the loss (the vocabulary projection dominates)."""
     threads: int | None = None
+    init: str = "layers"
+    """`layers`: the target's layers (evenly spaced) projected onto the top principal directions of its residual
+    stream; `embedding`: only the target's embedding (projected), layers random."""
 
     def validate(self) -> None:
         problems = []
@@ -71,6 +75,8 @@ class DistillConfig:
             problems.append(f"--lookahead {self.lookahead}: expected >= 1")
         if self.train_dtype not in ("auto", "float32", "bfloat16"):
             problems.append(f"--train-dtype {self.train_dtype}: expected auto, float32 or bfloat16")
+        if self.init not in INITS:
+            problems.append(f"--init {self.init}: expected one of {', '.join(INITS)}")
         if self.threads is not None and self.threads < 1:
             problems.append(f"--threads {self.threads}: expected >= 1")
         if problems:

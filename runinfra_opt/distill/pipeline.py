@@ -96,7 +96,7 @@ def distill(config: DistillConfig, progress: DistillProgress | None = None, *, f
     from runinfra_opt.distill.data import build_teacher_data
     from runinfra_opt.distill.evaluate import cost_ratio, heldout_acceptance
     from runinfra_opt.distill.split import holdout_split
-    from runinfra_opt.distill.train import init_draft, make_examples, save_draft, train, use_autocast
+    from runinfra_opt.distill.train import make_draft, make_examples, save_draft, train, use_autocast
     from runinfra_opt.engine.hf import HFEngine
 
     started = time.perf_counter()
@@ -119,7 +119,7 @@ def distill(config: DistillConfig, progress: DistillProgress | None = None, *, f
         f"teacher data: {data.meta['requests']} requests, {data.meta['prompt_tokens']} prompt + "
         f"{data.meta['continuation_tokens']} continuation tokens ({data.meta.get('generation')})"
     )
-    draft = init_draft(target.model, config.layers, config.hidden, config.seed)
+    draft = make_draft(target.model, data, train_idx, config)
     draft.to(target.device)  # type: ignore[arg-type]
     before = heldout_acceptance(draft, data, held_idx, config.lookahead) if held_idx else {"requests": 0}
     examples = make_examples(data, train_idx, config.max_seq_tokens)

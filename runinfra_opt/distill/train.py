@@ -27,6 +27,7 @@ from transformers import LlamaConfig, LlamaForCausalLM
 
 from runinfra_opt.distill.config import HEAD_DIM, DistillConfig
 from runinfra_opt.distill.data import TeacherData
+from runinfra_opt.errors import UserInputError
 
 CHECKPOINT_VERSION = 1
 WARMUP_STEPS = 20
@@ -34,27 +35,29 @@ StepCallback = Callable[[int, float, float], None]
 """on_step(step, loss, elapsed training seconds)."""
 
 
-def draft_config(target_config: Any, layers: int, hidden: int) -> LlamaConfig:
+def draft_config(target_config: Any, layers: int, hidden: int, **overrides: Any) -> LlamaConfig:
     """A narrow Llama config sharing the target's vocabulary, special tokens, positions and RoPE."""
-    heads = hidden // HEAD_DIM
+    heads = max(1, hidden // HEAD_DIM)
     rope = getattr(target_config, "rope_parameters", None) or {"rope_type": "default", "rope_theta": 10000.0}
-    return LlamaConfig(
-        vocab_size=int(target_config.vocab_size),
-        hidden_size=hidden,
-        intermediate_size=hidden * 4,
-        num_hidden_layers=layers,
-        num_attention_heads=heads,
-        num_key_value_heads=heads,
-        head_dim=HEAD_DIM,
-        max_position_embeddings=int(getattr(target_config, "max_position_embeddings", 2048)),
-        rope_parameters=dict(rope),
-        rms_norm_eps=float(getattr(target_config, "rms_norm_eps", 1e-5)),
-        bos_token_id=target_config.bos_token_id,
-        eos_token_id=target_config.eos_token_id,
-        pad_token_id=getattr(target_config, "pad_token_id", None),
-        tie_word_embeddings=True,
-        hidden_act="silu",
-    )
+    settings: dict[str, Any] = {
+        "vocab_size": int(target_config.vocab_size),
+        "hidden_size": hidden,
+        "intermediate_size": hidden * 4,
+        "num_hidden_layers": layers,
+        "num_attention_heads": heads,
+        "num_key_value_heads": heads,
+        "head_dim": HEAD_DIM,
+        "max_position_embeddings": int(getattr(target_config, "max_position_embeddings", 2048)),
+        "rope_parameters": dict(rope),
+        "rms_norm_eps": float(getattr(target_config, "rms_norm_eps", 1e-5)),
+        "bos_token_id": target_config.bos_token_id,
+        "eos_token_id": target_config.eos_token_id,
+        "pad_token_id": getattr(target_config, "pad_token_id", None),
+        "tie_word_embeddings": True,
+        "hidden_act": "silu",
+    }
+    settings.update(overrides)
+    return LlamaConfig(**settings)
 
 
 def projected_embeddings(target_embeddings: torch.Tensor, hidden: int) -> torch.Tensor:
@@ -91,11 +94,118 @@ def init_draft(target: Any, layers: int, hidden: int, seed: int) -> LlamaForCaus
             layer.self_attn.o_proj.weight.mul_(depth_scale)
             layer.mlp.down_proj.weight.mul_(depth_scale)
     draft.tie_weights()
-    draft.generation_config.eos_token_id = target.generation_config.eos_token_id
-    draft.generation_config.pad_token_id = target.generation_config.pad_token_id
-    draft.generation_config.bos_token_id = target.generation_config.bos_token_id
+    _copy_generation_ids(draft, target)
     draft.eval()
     return draft
+
+
+def source_layers(target_layers: int, layers: int) -> list[int]:
+    """Which target layers a `layers`-deep draft copies: evenly spaced, first and last included."""
+    if layers == 1:
+        return [0]
+    return [round(i * (target_layers - 1) / (layers - 1)) for i in range(layers)]
+
+
+def residual_basis(target: Any, samples: list[list[int]], hidden: int) -> torch.Tensor:
+    """[width, hidden]: the top principal directions of the target's residual stream (every layer's hidden
+    state over `samples`, each layer weighted equally), sign-fixed so the result is deterministic."""
+    width = int(target.config.hidden_size)
+    moment = torch.zeros(width, width, dtype=torch.float64)
+    with torch.inference_mode():
+        for ids in samples:
+            states = target.model(
+                input_ids=torch.tensor([ids], device=target.device), output_hidden_states=True
+            ).hidden_states
+            for state in states:
+                flat = state[0].double().cpu()
+                moment += flat.T @ flat / flat.pow(2).sum(-1).mean()
+    _eigvals, eigvecs = torch.linalg.eigh(moment)
+    basis = eigvecs[:, -hidden:].flip(-1).float()
+    signs = torch.sign(basis[basis.abs().argmax(dim=0), torch.arange(hidden)])
+    return basis * signs
+
+
+def init_draft_from_layers(target: Any, layers: int, basis: torch.Tensor, seed: int) -> LlamaForCausalLM:
+    """A draft made of some of the target's layers, with the residual stream projected onto `basis`
+    ([width, hidden]): attention heads, MLP width and RoPE stay the target's, every matrix that reads or
+    writes the residual stream is projected, and the RMSNorm gains are folded into the matrices after them.
+    With the full basis and every layer it is the target itself."""
+    torch.manual_seed(seed)
+    tcfg = target.config
+    width, hidden = basis.shape
+    config = draft_config(
+        tcfg,
+        layers,
+        hidden,
+        num_attention_heads=int(tcfg.num_attention_heads),
+        num_key_value_heads=int(getattr(tcfg, "num_key_value_heads", None) or tcfg.num_attention_heads),
+        head_dim=int(getattr(tcfg, "head_dim", None) or width // tcfg.num_attention_heads),
+        intermediate_size=int(tcfg.intermediate_size),
+        attention_bias=bool(getattr(tcfg, "attention_bias", False)),
+        mlp_bias=bool(getattr(tcfg, "mlp_bias", False)),
+        tie_word_embeddings=bool(getattr(tcfg, "tie_word_embeddings", True)),
+    )
+    draft = LlamaForCausalLM(config)
+    v = basis.float()
+    # A projected state keeps most of the energy in fewer dimensions, so its RMS is larger by sqrt(width/hidden).
+    scale = (width / hidden) ** 0.5
+    with torch.no_grad():
+        emb: Any = draft.get_input_embeddings()
+        emb.weight.copy_(target.get_input_embeddings().weight.float().cpu() @ v)
+        for mine, index in zip(draft.model.layers, source_layers(int(tcfg.num_hidden_layers), layers), strict=True):
+            theirs = target.model.layers[index]
+            g_in = theirs.input_layernorm.weight.float().cpu()
+            g_post = theirs.post_attention_layernorm.weight.float().cpu()
+            for name in ("q_proj", "k_proj", "v_proj"):
+                w = getattr(theirs.self_attn, name).weight.float().cpu()
+                getattr(mine.self_attn, name).weight.copy_((w * g_in) @ v * scale)
+                if config.attention_bias:
+                    getattr(mine.self_attn, name).bias.copy_(getattr(theirs.self_attn, name).bias)
+            mine.self_attn.o_proj.weight.copy_(v.T @ theirs.self_attn.o_proj.weight.float().cpu())
+            for name in ("gate_proj", "up_proj"):
+                w = getattr(theirs.mlp, name).weight.float().cpu()
+                getattr(mine.mlp, name).weight.copy_((w * g_post) @ v * scale)
+            mine.mlp.down_proj.weight.copy_(v.T @ theirs.mlp.down_proj.weight.float().cpu())
+            mine.input_layernorm.weight.fill_(1.0)
+            mine.post_attention_layernorm.weight.fill_(1.0)
+        g_final = target.model.norm.weight.float().cpu()
+        if config.tie_word_embeddings:
+            # The final gain cannot be folded into a tied head: keep its diagonal in the new basis.
+            draft.model.norm.weight.copy_((v.pow(2) * g_final[:, None]).sum(0) * scale)
+        else:
+            head = target.get_output_embeddings().weight.float().cpu()
+            draft.lm_head.weight.copy_((head * g_final) @ v * scale)
+            draft.model.norm.weight.fill_(1.0)
+    draft.tie_weights()
+    _copy_generation_ids(draft, target)
+    draft.eval()
+    return draft
+
+
+def _copy_generation_ids(draft: Any, target: Any) -> None:
+    for name in ("eos_token_id", "pad_token_id", "bos_token_id"):
+        setattr(draft.generation_config, name, getattr(target.generation_config, name))
+
+
+BASIS_SAMPLE_TOKENS = 4096
+
+
+def make_draft(target: Any, data: TeacherData, train_indices: list[int], config: DistillConfig) -> LlamaForCausalLM:
+    """The initial draft for `config.init` (see `init_draft_from_layers` and `init_draft`)."""
+    if config.init == "embedding":
+        return init_draft(target, config.layers, config.hidden, config.seed)
+    width = int(target.config.hidden_size)
+    if config.hidden > width:
+        raise UserInputError(f"--hidden {config.hidden}: wider than the target ({width}); use --init embedding")
+    samples, total = [], 0
+    for i in train_indices:
+        ids = data.sequences[i].ids[-512:]
+        samples.append(ids)
+        total += len(ids)
+        if total >= BASIS_SAMPLE_TOKENS:
+            break
+    basis = residual_basis(target, samples, config.hidden)
+    return init_draft_from_layers(target, config.layers, basis, config.seed)
 
 
 @dataclass
