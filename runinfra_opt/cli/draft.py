@@ -22,7 +22,9 @@ def distill_command(
     workload: str = typer.Option("mixed", "--workload", help="Bundled workload name or a workload file."),
     out: Path = typer.Option(..., "--out", help="Directory for the draft (a transformers checkpoint)."),
     layers: int = typer.Option(2, "--layers", help="Decoder layers of the draft."),
-    hidden: int = typer.Option(256, "--hidden", help="Hidden width of the draft (a multiple of 64)."),
+    hidden: int = typer.Option(
+        288, "--hidden", help="Hidden width: a multiple of the target's heads (--init layers) or of 64 (embedding)."
+    ),
     minutes: float = typer.Option(5.0, "--minutes", help="Training time budget in minutes."),
     seed: int = typer.Option(0, "--seed", help="Seed: same seed and settings give the same weights."),
     holdout: float = typer.Option(0.25, "--holdout", help="Fraction of each category held out for evaluation."),

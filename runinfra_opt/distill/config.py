@@ -23,7 +23,7 @@ class DistillConfig:
     workload: str
     out: Path
     layers: int = 2
-    hidden: int = 256
+    hidden: int = 288
     minutes: float = 5.0
     """Training time budget (teacher data generation and evaluation are not counted)."""
     seed: int = 0
@@ -59,8 +59,10 @@ class DistillConfig:
         problems = []
         if not 1 <= self.layers <= 64:
             problems.append(f"--layers {self.layers}: expected 1..64")
-        if self.hidden < HEAD_DIM or self.hidden % HEAD_DIM or self.hidden > 8192:
+        if self.init == "embedding" and (self.hidden < HEAD_DIM or self.hidden % HEAD_DIM or self.hidden > 8192):
             problems.append(f"--hidden {self.hidden}: expected a multiple of {HEAD_DIM} between 64 and 8192")
+        if self.init == "layers" and not 8 <= self.hidden <= 8192:
+            problems.append(f"--hidden {self.hidden}: expected 8..8192 (and a multiple of the target's heads)")
         if not self.minutes > 0:
             problems.append(f"--minutes {self.minutes}: expected > 0")
         if not 0 <= self.holdout < 1:

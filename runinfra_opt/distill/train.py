@@ -195,8 +195,14 @@ def make_draft(target: Any, data: TeacherData, train_indices: list[int], config:
     if config.init == "embedding":
         return init_draft(target, config.layers, config.hidden, config.seed)
     width = int(target.config.hidden_size)
+    heads = int(target.config.num_attention_heads)
     if config.hidden > width:
         raise UserInputError(f"--hidden {config.hidden}: wider than the target ({width}); use --init embedding")
+    if config.hidden % heads:
+        raise UserInputError(
+            f"--hidden {config.hidden}: with --init layers it must be a multiple of the target's {heads} attention "
+            f"heads (e.g. {width // 4 // heads * heads or heads}, {width // 2 // heads * heads})"
+        )
     samples, total = [], 0
     for i in train_indices:
         ids = data.sequences[i].ids[-512:]
