@@ -123,6 +123,11 @@ def test_optimize_end_to_end_writes_results_and_manifest(
     assert set(results.profile["acceptance"]) == {"draft:" + str(tiny_models[1]), "early_exit:2"}
     assert all(0.0 <= p <= 1.0 for p in results.profile["acceptance"]["early_exit:2"]["sampled-1"])
     assert results.cost_model["fitted"]["roles"].keys() >= {"target", "early_exit:2"}
+    # Candidates were ranked on the profiling pass's fit; the reported predictions use the confirmation's
+    # baseline repeats (same stretch of time as the measured candidates).
+    assert "calibrated" in results.cost_model
+    assert "calibrated_after_confirm" in results.cost_model
+    assert set(results.profile["ranking_predicted_tokens_per_s"]) == names
     assert results.decision is not None
     assert results.decision.queue  # the workload records arrivals
     assert check_manifest_file(tmp_path / "manifest.yaml") == []

@@ -337,6 +337,8 @@ def _run(state: _State, resumed: bool) -> None:
         with state.timed("confirm"):
             _confirm(state)
         state.finish_phase("confirm")
+    with state.timed("predict"):
+        _predict(state, after_confirm=True)
     with state.timed("decide"):
         _decide(state)
 
@@ -743,15 +745,16 @@ def _calibrate(state: _State) -> None:
             state.save()
 
 
-def _fit_overheads(state: _State) -> CostModel:
-    """The cost model with generate-loop overheads fitted to the baseline pass and the calibration runs."""
+def _fit_overheads(state: _State, baseline: Sequence[RequestResult]) -> CostModel:
+    """The measured cost model with generate-loop overheads fitted to `baseline` (measured baseline requests)
+    and the per-round overheads to the calibration runs. `state.cost` itself stays the raw measured model."""
     from runinfra_opt.optimize.costmodel import Observation, calibrate_overheads, calibrate_round_overhead
     from runinfra_opt.optimize.simulate import SimResult
 
     assert state.cost is not None
     base = _baseline_records(state.results)
     observations = [
-        Observation(r.prompt_tokens, r.output_tokens, r.ttft_s, r.e2e_s) for r in base.values() if r.output_tokens
+        Observation(r.prompt_tokens, r.output_tokens, r.ttft_s, r.e2e_s) for r in baseline if r.output_tokens
     ]
     cost = calibrate_overheads(state.cost, observations) if observations else state.cost
     by_name = {v.name: v for v in state.space}
@@ -837,14 +840,29 @@ def _predicted_result(
     )
 
 
-def _predict(state: _State) -> None:
+def _predict(state: _State, *, after_confirm: bool = False) -> None:
+    """Predict every variant per request. Before confirmation the overheads are fitted to the profiling
+    pass's baseline (these predictions rank the candidates); after it, to the confirmation's baseline
+    repeats, timed interleaved with the candidates, so that predicted and measured figures come from the same
+    stretch of time (a burst of load during the single profiling pass does not skew the comparison). No
+    speculative measurement of the confirmation enters either fit."""
     from runinfra_opt.optimize.costmodel import predict_request
     from runinfra_opt.optimize.stats import summarize
 
     assert state.engine is not None
-    cost = _fit_overheads(state)
-    state.cost = cost
-    state.results.cost_model["calibrated"] = cost.to_dict()
+    results = state.results
+    if after_confirm:
+        confirmed_baseline = state.variant_result(BASELINE).measured_requests
+        if not confirmed_baseline:
+            return
+        results.profile["ranking_predicted_tokens_per_s"] = {
+            v.name: v.predicted.tokens_per_s for v in results.variants if v.predicted is not None
+        }
+        cost = _fit_overheads(state, confirmed_baseline)
+        results.cost_model["calibrated_after_confirm"] = cost.to_dict()
+    else:
+        cost = _fit_overheads(state, list(_baseline_records(results).values()))
+        results.cost_model["calibrated"] = cost.to_dict()
     predicted: dict[str, list[RequestResult]] = {}
     for variant in state.space:
         rows = []
