@@ -65,21 +65,9 @@ def _root(
     """Find the fastest lossless speculative-decoding setup for your own LLM traffic."""
 
 
-def _register() -> None:
-    # Each command module registers itself on `app` (or adds a sub-app). Missing modules are skipped so the
-    # package stays importable while commands are added one by one.
-    import importlib
-
-    for name in ("workload", "bench", "optimize", "report", "draft", "manifest"):
-        try:
-            importlib.import_module(f"runinfra_opt.cli.{name}")
-        except ModuleNotFoundError as exc:
-            if exc.name != f"runinfra_opt.cli.{name}":
-                raise
-
-
-_register()
-
+# Each command module registers its commands on `app` when imported (they import `app` from here, so these
+# imports come after its definition). Command modules import nothing heavy at module level.
+from runinfra_opt.cli import bench, draft, manifest, optimize, report, workload  # noqa: E402,F401,I001
 
 def main() -> None:
     """Console-script entry point."""
