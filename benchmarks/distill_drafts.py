@@ -32,7 +32,8 @@ def main() -> int:
     parser.add_argument("--workloads", default="json,summarize,code,chat", help="comma-separated workloads")
     parser.add_argument("--target", default="default")
     parser.add_argument("--layers", type=int, default=2)
-    parser.add_argument("--hidden", type=int, default=256)
+    parser.add_argument("--hidden", type=int, default=288)
+    parser.add_argument("--init", default="layers", choices=["layers", "embedding"])
     parser.add_argument("--minutes", type=float, default=5.0)
     parser.add_argument("--max-tokens", type=int, default=96)
     parser.add_argument("--lookahead", type=int, default=4)
@@ -58,6 +59,7 @@ def main() -> int:
             out=out,
             layers=args.layers,
             hidden=args.hidden,
+            init=args.init,
             minutes=args.minutes,
             seed=args.seed,
             max_tokens=args.max_tokens,
