@@ -16,6 +16,7 @@ from rich.console import Console
 from runinfra_opt.cli.app import app, err_console, handle_errors
 from runinfra_opt.errors import GateFailedError
 from runinfra_opt.exitcodes import ExitCode
+from runinfra_opt.models import resolve_model
 from runinfra_opt.optimize.config import (
     DEFAULT_BUDGET_MINUTES,
     DEFAULT_CONFIRM,
@@ -26,6 +27,7 @@ from runinfra_opt.optimize.config import (
     parse_methods,
     parse_priority,
 )
+from runinfra_opt.optimize.drafts import DEFAULT_DRAFTS_DIR, find_distilled_drafts
 
 if TYPE_CHECKING:  # pragma: no cover
     from rich.progress import Progress, TaskID
@@ -72,7 +74,16 @@ def optimize(
     ),
     workload_format: str | None = typer.Option(None, "--format", help="Workload file format (default: by suffix)."),
     target: str = typer.Option("default", "--target", help="default, a model directory, a .gguf file or a hub id."),
-    draft: list[str] = typer.Option([], "--draft", help="A draft model to consider (repeatable)."),
+    draft: list[str] = typer.Option(
+        [],
+        "--draft",
+        help="A draft model to consider (repeatable). Default: the drafts distilled for the target in --drafts-dir.",
+    ),
+    drafts_dir: Path = typer.Option(
+        DEFAULT_DRAFTS_DIR,
+        "--drafts-dir",
+        help="Where drafts made by `draft distill` are found when no --draft is given (only those for this target).",
+    ),
     methods: list[str] = typer.Option(
         [], "--methods", help="Methods to consider: ngram, early_exit, draft (repeatable or comma-separated)."
     ),
@@ -136,13 +147,23 @@ def optimize(
 
     from runinfra_opt.optimize.run import run_optimize
 
+    drafts = tuple(dict.fromkeys(draft))
+    parsed_methods = parse_methods(methods)
+    if not drafts and (parsed_methods is None or "draft" in parsed_methods):
+        drafts = tuple(find_distilled_drafts(resolve_model(target).sha256(), drafts_dir))
+        if drafts:
+            err_console.print(
+                f"using {len(drafts)} draft(s) distilled for this target, found in {drafts_dir}: "
+                + ", ".join(Path(d).name for d in drafts),
+                markup=False,
+            )
     config = OptimizeConfig(
         priority=parse_priority(priority),
         workload=workload,
         workload_format=workload_format,
         target=target,
-        drafts=tuple(dict.fromkeys(draft)),
-        methods=parse_methods(methods),
+        drafts=drafts,
+        methods=parsed_methods,
         lookaheads=parse_int_list("--lookahead", lookahead),
         ngram_max=parse_int_list("--ngram-max", ngram_max),
         exit_layers=parse_int_list("--exit-layers", exit_layers),
