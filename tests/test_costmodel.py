@@ -172,3 +172,19 @@ def test_ideal_speedup_formula() -> None:
     assert ideal_speedup(0.8, 4, 0.0) == pytest.approx((1 - 0.8**5) / 0.2)
     with pytest.raises(ValueError, match="acceptance"):
         ideal_speedup(1.5, 2, 0.1)
+
+
+def test_calibration_against_a_much_too_slow_table_never_predicts_zero_time() -> None:
+    # The table was measured while the machine was 4x busier than during the baseline: the additive
+    # correction is bounded (80% of a step, 80% of the prefill), so predicted times stay positive.
+    truth = fit_cost_model(_samples())
+    observations = []
+    for n in (10, 30):
+        ttft, e2e = predict_request(simulate_baseline(n), 64, truth, BASELINE)
+        observations.append(Observation(64, n, ttft / 10, ttft / 10 + (e2e - ttft) / 10))
+    fitted = calibrate_overheads(truth, observations)
+    one_step = truth.target.forward(1, 64)
+    assert fitted.step_overhead_s < -0.5 * one_step
+    ttft, e2e = predict_request(simulate_baseline(30), 64, fitted, BASELINE)
+    assert ttft >= 0.2 * truth.target.prefill(64) - 1e-9
+    assert e2e - ttft >= 29 * 0.15 * one_step

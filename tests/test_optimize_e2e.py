@@ -24,6 +24,10 @@ def test_optimize_on_smollm2(runner: CliRunner, tmp_path: Path) -> None:
         "mixed",
         "--max-requests",
         "2",
+        # A budget far above what 2 short requests need, so that a busy machine (slow cost measurements) cannot
+        # make the planner drop one of them.
+        "--budget-minutes",
+        "60",
         "--max-tokens",
         "32",
         "--methods",

@@ -240,16 +240,25 @@ def calibrate_overheads(cost: CostModel, baseline: Iterable[Observation]) -> Cos
         request_overhead = 0.0
     elif points:
         request_overhead = statistics.median(t - target.prefill(int(x)) for x, t in points)
-    step_residuals = []
+        # Same bound as for steps: at most 80% of the table's prefill may be taken back.
+        request_overhead = max(request_overhead, -0.8 * statistics.median(target.prefill(int(x)) for x, _ in points))
+    step_residuals, one_token = [], []
     for obs in observations:
         steps = obs.output_tokens - 1
         if steps > 0:
             forwards = sum(target.forward(1, obs.prompt_tokens + i) for i in range(1, steps + 1))
             step_residuals.append((obs.e2e_s - obs.ttft_s - forwards) / steps)
+            one_token.append(forwards / steps)
+    step_overhead = statistics.median(step_residuals) if step_residuals else cost.step_overhead_s
+    if one_token:
+        # A table measured while the machine was busier than during the baseline can over-estimate a step;
+        # the correction may take back at most 80% of it, so no predicted step shrinks to nothing (a zero
+        # predicted time would make throughput infinite).
+        step_overhead = max(step_overhead, -0.8 * statistics.median(one_token))
     return CostModel(
         roles={**cost.roles, "target": target},
         request_overhead_s=request_overhead,
-        step_overhead_s=statistics.median(step_residuals) if step_residuals else cost.step_overhead_s,
+        step_overhead_s=step_overhead,
         round_overhead_s=dict(cost.round_overhead_s),
     )
 
