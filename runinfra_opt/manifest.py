@@ -26,7 +26,8 @@ from typing import Any
 
 from runinfra_opt.errors import RuninfraError, UserInputError
 from runinfra_opt.exitcodes import ExitCode
-from runinfra_opt.results import Decision, ModelInfo, RunResults, Summary, atomic_write_text
+from runinfra_opt.fsutil import atomic_write_text
+from runinfra_opt.results import Decision, ModelInfo, RunResults, Summary
 from runinfra_opt.variants import Variant, draft_short_name
 
 API_VERSION = "runinfra.dev/v1"

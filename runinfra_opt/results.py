@@ -8,14 +8,13 @@ markdown, HTML, CSV, manifest) is a pure function of it. Fields may be added in 
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from runinfra_opt.errors import UserInputError
+from runinfra_opt.fsutil import atomic_write_text
 
 SCHEMA_VERSION = 1
 
@@ -181,24 +180,6 @@ class RunResults(_Model):
 
     def variant(self, name: str) -> VariantResult | None:
         return next((v for v in self.variants if v.name == name), None)
-
-
-def atomic_write_text(path: Path, text: str) -> None:
-    """Write `text` to `path` atomically: a temp file in the same directory, fsync, then rename."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    umask = os.umask(0)
-    os.umask(umask)
-    try:
-        Path(tmp).chmod(0o666 & ~umask)  # mkstemp creates 0600; results are ordinary files
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        Path(tmp).replace(path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def save_results(results: RunResults, path: Path) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 from typer.testing import CliRunner
 
@@ -48,3 +49,26 @@ def test_exit_codes_documented_in_readme() -> None:
     readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
     for code in ExitCode:
         assert f"| {int(code)} |" in readme, f"exit code {int(code)} ({code.name}) missing from README"
+
+
+def test_atomic_writes_keep_the_old_file_on_error_and_use_the_umask(tmp_path: Path) -> None:
+    import os
+
+    import pytest
+
+    from runinfra_opt.fsutil import atomic_open, atomic_write_text
+
+    target = tmp_path / "out.txt"
+    atomic_write_text(target, "first\n")
+    def interrupted_write() -> None:
+        with atomic_open(target) as fh:
+            fh.write("half")
+            raise RuntimeError("interrupted")
+
+    with pytest.raises(RuntimeError):
+        interrupted_write()
+    assert target.read_text(encoding="utf-8") == "first\n"
+    assert [p.name for p in tmp_path.iterdir()] == ["out.txt"], "the temp file was not removed"
+    umask = os.umask(0)
+    os.umask(umask)
+    assert target.stat().st_mode & 0o777 == 0o666 & ~umask

@@ -16,7 +16,7 @@ from typing import Any, Protocol
 from runinfra_opt import __version__
 from runinfra_opt.distill.config import DistillConfig
 from runinfra_opt.errors import UserInputError
-from runinfra_opt.results import atomic_write_text
+from runinfra_opt.fsutil import atomic_write_text
 
 REPORT_FILE = "distill.json"
 CHECKPOINT_DIR = "checkpoint"

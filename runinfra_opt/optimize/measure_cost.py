@@ -23,8 +23,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from runinfra_opt.fsutil import atomic_write_text
 from runinfra_opt.models import cache_dir
-from runinfra_opt.results import atomic_write_text
 
 COST_CACHE_VERSION = 2
 TARGET_TOKENS = tuple(range(1, 18))

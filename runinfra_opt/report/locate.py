@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import os
-import tempfile
 from pathlib import Path
 
 from runinfra_opt.errors import UserInputError
+from runinfra_opt.fsutil import atomic_write_text
 from runinfra_opt.results import RunResults, load_results
 
 DEFAULT_RUNS_DIR = Path(".runinfra/runs")
@@ -46,19 +45,5 @@ def load_run(run: str, runs_dir: Path = DEFAULT_RUNS_DIR) -> RunResults:
 
 
 def write_report(path: Path, text: str) -> None:
-    """Write a rendered report atomically (temp file, fsync, rename) with the usual permissions (umask), not
-    the private 0600 of a temp file: reports are meant to be shared."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        umask = os.umask(0)
-        os.umask(umask)
-        os.fchmod(fd, 0o666 & ~umask)
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        Path(tmp).replace(path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    """Write a rendered report atomically, with the usual permissions (umask): reports are meant to be shared."""
+    atomic_write_text(path, text)

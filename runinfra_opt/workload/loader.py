@@ -5,7 +5,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import tempfile
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -13,6 +12,7 @@ from pathlib import Path
 
 import runinfra_opt
 from runinfra_opt.errors import UserInputError
+from runinfra_opt.fsutil import atomic_open
 from runinfra_opt.workload.fingerprint import Fingerprinter, canonical_record
 from runinfra_opt.workload.model import Request, Workload
 from runinfra_opt.workload.problems import Problems
@@ -183,20 +183,11 @@ def convert_workload(
     if out.exists() and out.resolve() == source.path.resolve():
         raise UserInputError(f"{out}: is the input file; write the converted workload elsewhere")
     workload = load_workload(spec, format=format, default_max_tokens=default_max_tokens)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            for request in workload.requests:
-                record = {**request.extra, **canonical_record(request)}
-                fh.write(json.dumps(record, sort_keys=True, ensure_ascii=False, default=str))
-                fh.write("\n")
-            fh.flush()
-            os.fsync(fh.fileno())
-        Path(tmp).replace(out)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    with atomic_open(out) as fh:
+        for request in workload.requests:
+            record = {**request.extra, **canonical_record(request)}
+            fh.write(json.dumps(record, sort_keys=True, ensure_ascii=False, default=str))
+            fh.write("\n")
     return workload
 
 

@@ -1,0 +1,37 @@
+"""Atomic file writes: whatever a user already has is never left half-written."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TextIO
+
+
+@contextmanager
+def atomic_open(path: Path) -> Iterator[TextIO]:
+    """Open a temp file beside `path` for writing text; on success fsync it and rename it over `path`, with
+    the umask's usual permissions (not the 0600 of a temp file). On any error the temp file is removed and
+    `path` is left as it was."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    umask = os.umask(0)
+    os.umask(umask)
+    try:
+        os.fchmod(fd, 0o666 & ~umask)
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            yield fh
+            fh.flush()
+            os.fsync(fh.fileno())
+        Path(tmp).replace(path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    """Write `text` to `path` atomically (see `atomic_open`)."""
+    with atomic_open(path) as fh:
+        fh.write(text)
