@@ -50,6 +50,24 @@ def handle_errors(func: F) -> F:
     return wrapper  # type: ignore[return-value]
 
 
+def progress_bar(*, transient: bool) -> Any:
+    """The commands' progress bar on stderr (description, bar, done/total, elapsed), with transformers' own
+    load bars and once-only notices silenced so they do not interleave with it."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+    from transformers.utils import logging
+
+    logging.set_verbosity_error()
+    logging.disable_progress_bar()
+    return Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=err_console,
+        transient=transient,
+    )
+
+
 def _version_callback(value: bool) -> None:
     if value:
         typer.echo(f"runinfra-opt {__version__}")

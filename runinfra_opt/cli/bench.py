@@ -7,7 +7,7 @@ import json
 import typer
 from rich.console import Console
 
-from runinfra_opt.cli.app import app, err_console, handle_errors
+from runinfra_opt.cli.app import app, handle_errors, progress_bar
 
 
 @app.command()
@@ -39,7 +39,6 @@ def bench(
 ) -> None:
     """Time one variant over a workload, one request at a time, and print TTFT/TPOT/e2e percentiles,
     tokens/s, acceptance and losslessness (and the speedup over the baseline with --vs-baseline)."""
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from runinfra_opt.bench import BenchConfig, bench_notes, bench_table, make_variant, run_bench
 
@@ -59,15 +58,7 @@ def bench(
         skip_too_long=skip_too_long,
         allow_tokenizer_mismatch=allow_tokenizer_mismatch,
     )
-    _quiet_transformers()
-    with Progress(
-        TextColumn("{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        console=err_console,
-        transient=True,
-    ) as bar:
+    with progress_bar(transient=True) as bar:
         task = bar.add_task("loading", total=None)
 
         def on_progress(done: int, total: int, label: str) -> None:
@@ -83,9 +74,3 @@ def bench(
         out.print(line, markup=False)
 
 
-def _quiet_transformers() -> None:
-    """transformers' own load bars and once-only notices would interleave with the progress bar."""
-    from transformers.utils import logging
-
-    logging.set_verbosity_error()
-    logging.disable_progress_bar()

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 import typer
 from rich.console import Console
 
-from runinfra_opt.cli.app import app, err_console, handle_errors
+from runinfra_opt.cli.app import app, err_console, handle_errors, progress_bar
 from runinfra_opt.errors import GateFailedError
 from runinfra_opt.exitcodes import ExitCode
 from runinfra_opt.models import resolve_model
@@ -143,7 +143,6 @@ def optimize(
 
     Exit codes: 0 manifest written; 2 bad input; 3 no variant (not even the baseline) satisfies the
     constraints; 4 with --require-speedup when the baseline wins."""
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from runinfra_opt.optimize.run import run_optimize
 
@@ -190,15 +189,7 @@ def optimize(
         runs_root=str(runs_root),
         extra={"resume": resume} if resume else {},
     )
-    _quiet_transformers()
-    with Progress(
-        TextColumn("{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        console=err_console,
-        transient=False,
-    ) as bar:
+    with progress_bar(transient=False) as bar:
         results = run_optimize(config, reporter=_BarReporter(bar))
     _render(results, as_json=as_json)
     if results.decision is not None and results.decision.exit_code == int(ExitCode.GATE_FAILED):
@@ -226,9 +217,3 @@ def _render(results: RunResults, *, as_json: bool) -> None:
     render_summary(results, Console(highlight=False, soft_wrap=True))
 
 
-def _quiet_transformers() -> None:
-    """transformers' own load bars and once-only notices would interleave with the progress bars."""
-    from transformers.utils import logging
-
-    logging.set_verbosity_error()
-    logging.disable_progress_bar()
