@@ -194,6 +194,8 @@ class BenchResult:
     speedup: Interval | None = None
     skipped: list[str] = field(default_factory=list)
     """Ids of requests skipped as too long for the target's context."""
+    seen_by_draft: list[str] = field(default_factory=list)
+    """Ids of requests left out because the draft was distilled on them (see `optimize.drafts`)."""
 
     @property
     def lossless(self) -> bool | None:
@@ -218,6 +220,7 @@ class BenchResult:
             "lossless": self.lossless,
             "mismatches": self.mismatches,
             "skipped": self.skipped,
+            "seen_by_draft": self.seen_by_draft,
             "records": {name: [r.to_dict() for r in recs] for name, recs in self.records.items()},
         }
 
@@ -238,6 +241,7 @@ def run_bench(
     """Load the workload and models, run the variant (and the baseline with `vs_baseline`), summarize."""
     from runinfra_opt.engine.hf import HFEngine
     from runinfra_opt.models import load_model
+    from runinfra_opt.optimize.drafts import split_unseen
 
     if config.requests is not None and config.requests < 1:
         raise UserInputError(f"--requests {config.requests}: must be >= 1")
@@ -263,6 +267,15 @@ def run_bench(
         kept, skipped = engine.filter_requests(requests, max_tokens=config.max_tokens, source=workload.path)
         if not kept:
             raise UserInputError(f"{workload.path}: every request is too long for the target's context")
+        unseen, _counts = split_unseen(kept, [config.draft] if config.draft else [])
+        if not unseen:
+            raise UserInputError(
+                f"{workload.path}: the draft {config.draft} was distilled on every one of these requests; measure it "
+                "on requests it has not seen (its distill.json lists the held-out ones)"
+            )
+        unseen_ids = {r.id for r in unseen}
+        seen = [r.id for r in kept if r.id not in unseen_ids]
+        kept = unseen
         variants = [config.variant]
         if config.vs_baseline and config.variant.is_speculative:
             variants = [BASELINE, config.variant]
@@ -294,6 +307,7 @@ def run_bench(
         summaries=summaries,
         speedup=ratio,
         skipped=[r.id for r in skipped],
+        seen_by_draft=seen,
     )
 
 
@@ -344,6 +358,11 @@ def bench_notes(result: BenchResult) -> list[str]:
     notes.append(f"{used} request(s) x {result.config.repeat} repeat(s), max {result.config.max_tokens} new tokens")
     if result.skipped:
         notes.append(f"skipped {len(result.skipped)} request(s) too long for the target's context")
+    if result.seen_by_draft:
+        notes.append(
+            f"left out {len(result.seen_by_draft)} request(s) the draft was distilled on: a draft is measured only "
+            "on traffic it has not seen"
+        )
     for m in result.mismatches:
         notes.append(f"output differs from the baseline: request {m['request_id']} at token {m['first_mismatch']}")
     if result.lossless is None and result.config.variant.is_speculative:

@@ -60,3 +60,112 @@ def test_optimize_without_draft_uses_the_drafts_distilled_for_its_target(
     results = load_results(tmp_path / "run" / "results.json")
     assert [d.spec for d in results.drafts] == [str(drafts_dir / "tiny-distilled")]
     assert any(v.name == "draft:tiny-distilled-k2" for v in results.variants)
+
+
+def _workload(path: Path, prompts: list[str]) -> Path:
+    lines = [json.dumps({"id": f"r{i}", "prompt": p, "max_tokens": 6}) for i, p in enumerate(prompts)]
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
+
+
+def _distilled_on(drafts_dir: Path, draft: Path, target: Path, prompts: list[str]) -> Path:
+    """A copy of the tiny draft whose distill.json says it was trained on `prompts` (as distill writes it)."""
+    from runinfra_opt.workload import load_workload
+    from runinfra_opt.workload.fingerprint import prompt_digest
+
+    dest = drafts_dir / "tiny-distilled"
+    shutil.copytree(draft, dest)
+    trained = load_workload(str(_workload(drafts_dir / "train.jsonl", prompts)))
+    report = {
+        "key": {"target_sha256": resolve_model(str(target)).sha256()},
+        "workload": {"train_prompt_digests": [prompt_digest(r) for r in trained.requests]},
+    }
+    (dest / "distill.json").write_text(json.dumps(report), encoding="utf-8")
+    return dest
+
+
+PROMPTS = ["abc abc abc abc", "one two one two", "x y z x y z", "hello hello hello"]
+
+
+def test_optimize_measures_a_distilled_draft_only_on_prompts_it_was_not_trained_on(
+    runner: CliRunner, tiny_models: tuple[Path, Path], tmp_path: Path
+) -> None:
+    target, draft = tiny_models
+    drafts_dir = tmp_path / "drafts"
+    drafts_dir.mkdir()
+    _distilled_on(drafts_dir, draft, target, PROMPTS[:3])
+    workload = _workload(tmp_path / "w.jsonl", PROMPTS)
+    args = [
+        "optimize", "--workload", str(workload), "--target", str(target), "--drafts-dir", str(drafts_dir),
+        "--methods", "draft", "--lookahead", "2", "--threads", "1", "--repeats", "1", "--confirm", "1",
+        "--run-dir", str(tmp_path / "run"), "--out", str(tmp_path / "m.yaml"),
+    ]  # fmt: skip
+    result = runner.invoke(app, args, catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    results = load_results(tmp_path / "run" / "results.json")
+    assert results.workload is not None
+    assert results.workload.used_requests == 1
+    assert {r.request_id for v in results.variants for r in v.predicted_requests + v.measured_requests} == {"r3"}
+    assert any("left out 3 of 4 requests that drafts were distilled on" in n for n in results.notes)
+
+
+def test_optimize_refuses_a_workload_the_draft_was_entirely_trained_on(
+    runner: CliRunner, tiny_models: tuple[Path, Path], tmp_path: Path
+) -> None:
+    target, draft = tiny_models
+    drafts_dir = tmp_path / "drafts"
+    drafts_dir.mkdir()
+    dest = _distilled_on(drafts_dir, draft, target, PROMPTS)
+    workload = _workload(tmp_path / "w.jsonl", PROMPTS)
+    args = [
+        "optimize", "--workload", str(workload), "--target", str(target), "--draft", str(dest),
+        "--methods", "draft", "--lookahead", "2", "--threads", "1", "--run-dir", str(tmp_path / "run"),
+    ]  # fmt: skip
+    result = runner.invoke(app, args)
+    assert result.exit_code == 2, result.output
+    assert "every request was used to distil" in result.output
+    assert "Traceback" not in result.output
+    bench = [
+        "bench",
+        "--workload",
+        str(workload),
+        "--target",
+        str(target),
+        "--draft",
+        str(dest),
+        "--method",
+        "draft",
+        "--lookahead",
+        "2",
+    ]
+    result = runner.invoke(app, [*bench, "--max-tokens", "4", "--device", "cpu"])
+    assert result.exit_code == 2, result.output
+    assert "was distilled on every one of these requests" in result.output
+
+
+def test_bench_leaves_out_the_prompts_a_draft_was_trained_on(
+    runner: CliRunner, tiny_models: tuple[Path, Path], tmp_path: Path
+) -> None:
+    target, draft = tiny_models
+    drafts_dir = tmp_path / "drafts"
+    drafts_dir.mkdir()
+    dest = _distilled_on(drafts_dir, draft, target, PROMPTS[1:])
+    workload = _workload(tmp_path / "w.jsonl", PROMPTS)
+    args = [
+        "bench",
+        "--workload",
+        str(workload),
+        "--target",
+        str(target),
+        "--draft",
+        str(dest),
+        "--method",
+        "draft",
+        "--lookahead",
+        "2",
+    ]
+    result = runner.invoke(app, [*args, "--max-tokens", "4", "--device", "cpu", "--json"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert data["seen_by_draft"] == ["r1", "r2", "r3"]
+    assert data["workload"]["used_requests"] == 1

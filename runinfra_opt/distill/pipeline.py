@@ -17,6 +17,7 @@ from runinfra_opt import __version__
 from runinfra_opt.distill.config import DistillConfig
 from runinfra_opt.errors import UserInputError
 from runinfra_opt.fsutil import atomic_write_text
+from runinfra_opt.workload.fingerprint import prompt_digest
 
 REPORT_FILE = "distill.json"
 CHECKPOINT_DIR = "checkpoint"
@@ -73,7 +74,10 @@ def up_to_date(out: Path, key: dict[str, Any]) -> dict[str, Any] | None:
         saved = json.loads(report.read_text(encoding="utf-8"))
     except (OSError, json.JSONDecodeError):
         return None
-    return saved if isinstance(saved, dict) and saved.get("key") == key else None
+    if not isinstance(saved, dict) or saved.get("key") != key:
+        return None
+    # Drafts written before training prompts were recorded are redone (bench/optimize need the digests).
+    return saved if "train_prompt_digests" in saved.get("workload", {}) else None
 
 
 def distill(config: DistillConfig, progress: DistillProgress | None = None, *, force: bool = False) -> DistillReport:
@@ -144,6 +148,8 @@ def distill(config: DistillConfig, progress: DistillProgress | None = None, *, f
             "fingerprint": workload.fingerprint,
             "requests": len(workload.requests),
             "train_requests": [workload.requests[i].id for i in train_idx],
+            # bench and optimize leave these prompts out when they measure this draft (it has memorised them).
+            "train_prompt_digests": [prompt_digest(workload.requests[i]) for i in train_idx],
             "heldout_requests": [workload.requests[i].id for i in held_idx],
         },
         "data": data.meta,

@@ -383,6 +383,7 @@ def _decide(state: _State) -> None:
 def _load(state: _State, resumed: bool) -> None:
     from runinfra_opt.engine.hf import HFEngine
     from runinfra_opt.models import load_model
+    from runinfra_opt.optimize.drafts import seen_note, split_unseen
     from runinfra_opt.workload import DEFAULT_MAX_TOKENS, DEFAULT_WORKLOAD, load_workload
 
     config, results, reporter = state.config, state.results, state.reporter
@@ -422,9 +423,20 @@ def _load(state: _State, resumed: bool) -> None:
         kept, skipped = engine.filter_requests(workload.requests, max_tokens=state.max_tokens, source=workload.path)
         if not kept:
             raise UserInputError(f"{workload.path}: every request is too long for the target's context")
-        state.requests = kept
         if skipped and not resumed:
             results.notes.append(f"skipped {len(skipped)} request(s) too long for the target's context")
+        unseen, seen_counts = split_unseen(kept, config.drafts)
+        if seen_counts:
+            if not unseen:
+                raise UserInputError(
+                    f"{workload.path}: every request was used to distil "
+                    + ", ".join(sorted(seen_counts))
+                    + "; a draft measured on its own training prompts looks far better than it is: optimize on "
+                    "other traffic, or distil with a --holdout"
+                )
+            if not resumed:
+                results.notes.append(seen_note(seen_counts, len(kept), len(unseen)))
+        state.requests = unseen
         exit_layers = config.exit_layers or default_exit_layers(target.num_layers)
         state.space = build_space(
             num_layers=target.num_layers,

@@ -60,3 +60,13 @@ def fingerprint(requests: list[Request] | tuple[Request, ...]) -> str:
 def short_fingerprint(fingerprint: str) -> str:
     """How a workload's fingerprint is shown: `sha256:<first 12 hex>`."""
     return f"sha256:{fingerprint.removeprefix('sha256:')[:12]}"
+
+
+def prompt_digest(request: Request) -> str:
+    """sha256 of what a request asks (its messages or prompt), independent of id, timing and file: two
+    workloads holding the same prompt give it the same digest (how a draft's training prompts are recognised)."""
+    if request.messages is not None:
+        content: Any = [{"role": m.role, "content": m.content} for m in request.messages]
+    else:
+        content = request.prompt
+    return hashlib.sha256(json.dumps(content, sort_keys=True, ensure_ascii=False).encode("utf-8")).hexdigest()
