@@ -50,14 +50,20 @@ def handle_errors(func: F) -> F:
     return wrapper  # type: ignore[return-value]
 
 
-def progress_bar(*, transient: bool) -> Any:
-    """The commands' progress bar on stderr (description, bar, done/total, elapsed), with transformers' own
-    load bars and once-only notices silenced so they do not interleave with it."""
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+def quiet_transformers() -> None:
+    """Silence transformers' own load/save bars and once-only notices (they would interleave with ours)."""
     from transformers.utils import logging
 
     logging.set_verbosity_error()
     logging.disable_progress_bar()
+
+
+def progress_bar(*, transient: bool) -> Any:
+    """The commands' progress bar on stderr (description, bar, done/total, elapsed), with transformers' own
+    load bars and once-only notices silenced so they do not interleave with it."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    quiet_transformers()
     return Progress(
         TextColumn("{task.description}"),
         BarColumn(),

@@ -9,7 +9,7 @@ from typing import Any
 import typer
 from rich.console import Console
 
-from runinfra_opt.cli.app import app, err_console, handle_errors
+from runinfra_opt.cli.app import app, err_console, handle_errors, quiet_transformers
 
 draft_app = typer.Typer(help="Make draft models for speculative decoding.", no_args_is_help=True, rich_markup_mode=None)
 app.add_typer(draft_app, name="draft")
@@ -86,6 +86,7 @@ class _RichProgress:
     def __init__(self) -> None:
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
+        quiet_transformers()
         self._bar = Progress(
             TextColumn("{task.description}"),
             BarColumn(),
