@@ -47,6 +47,7 @@ def main() -> int:
     from runinfra_opt.bench import BenchConfig, run_bench
     from runinfra_opt.distill.config import DistillConfig
     from runinfra_opt.distill.pipeline import distill
+    from runinfra_opt.fsutil import atomic_write_text
     from runinfra_opt.variants import Variant
     from runinfra_opt.workload import load_workload
 
@@ -75,6 +76,7 @@ def main() -> int:
             "c": summary["cost"]["c"],
             "sim_before": summary["heldout_before"].get("accepted_per_pass"),
             "sim_after": summary["heldout_after"].get("accepted_per_pass"),
+            "sim_tokens_per_pass_after": summary["heldout_after"].get("tokens_per_pass"),
             "agreement": summary["heldout_after"].get("agreement"),
             "heldout_requests": len(summary["workload"]["heldout_requests"]),
         }
@@ -109,7 +111,7 @@ def main() -> int:
             )
         rows.append(row)
         args.out_root.mkdir(parents=True, exist_ok=True)
-        (args.out_root / "results.json").write_text(json.dumps(rows, indent=2) + "\n", encoding="utf-8")
+        atomic_write_text(args.out_root / "results.json", json.dumps(rows, indent=2) + "\n")
 
     header = f"{'workload':<10} {'c':>6} {'acc/pass before':>16} {'after':>6} {'measured':>9} {'speedup [95% CI]':>24}"
     print(header)
