@@ -37,6 +37,14 @@ def test_finds_only_complete_drafts_of_the_same_target(tmp_path: Path) -> None:
     assert find_distilled_drafts("aaa", tmp_path / "missing") == []
 
 
+def _optimize_args(workload: Path, target: Path, drafts_dir: Path, tmp_path: Path) -> list[str]:
+    return [
+        "optimize", "--workload", str(workload), "--target", str(target), "--drafts-dir", str(drafts_dir),
+        "--methods", "draft", "--lookahead", "2", "--threads", "1", "--repeats", "1", "--confirm", "1",
+        "--run-dir", str(tmp_path / "run"), "--out", str(tmp_path / "m.yaml"),
+    ]  # fmt: skip
+
+
 def test_optimize_without_draft_uses_the_drafts_distilled_for_its_target(
     runner: CliRunner, tiny_models: tuple[Path, Path], tmp_path: Path
 ) -> None:
@@ -49,12 +57,7 @@ def test_optimize_without_draft_uses_the_drafts_distilled_for_its_target(
     )
     workload = tmp_path / "w.jsonl"
     workload.write_text(json.dumps({"id": "a", "prompt": "abc abc abc abc", "max_tokens": 8}) + "\n", encoding="utf-8")
-    args = [
-        "optimize", "--workload", str(workload), "--target", str(target), "--drafts-dir", str(drafts_dir),
-        "--methods", "draft", "--lookahead", "2", "--threads", "1", "--repeats", "1", "--confirm", "1",
-        "--run-dir", str(tmp_path / "run"), "--out", str(tmp_path / "m.yaml"),
-    ]  # fmt: skip
-    result = runner.invoke(app, args, catch_exceptions=False)
+    result = runner.invoke(app, _optimize_args(workload, target, drafts_dir, tmp_path), catch_exceptions=False)
     assert result.exit_code == 0, result.output
     assert "using 1 draft(s) distilled for this target" in result.output
     results = load_results(tmp_path / "run" / "results.json")
@@ -84,6 +87,13 @@ def _distilled_on(drafts_dir: Path, draft: Path, target: Path, prompts: list[str
     return dest
 
 
+def _bench_args(workload: Path, target: Path, draft: Path) -> list[str]:
+    return [
+        "bench", "--workload", str(workload), "--target", str(target), "--draft", str(draft), "--method", "draft",
+        "--lookahead", "2", "--max-tokens", "4", "--device", "cpu",
+    ]  # fmt: skip
+
+
 PROMPTS = ["abc abc abc abc", "one two one two", "x y z x y z", "hello hello hello"]
 
 
@@ -95,12 +105,7 @@ def test_optimize_measures_a_distilled_draft_only_on_prompts_it_was_not_trained_
     drafts_dir.mkdir()
     _distilled_on(drafts_dir, draft, target, PROMPTS[:3])
     workload = _workload(tmp_path / "w.jsonl", PROMPTS)
-    args = [
-        "optimize", "--workload", str(workload), "--target", str(target), "--drafts-dir", str(drafts_dir),
-        "--methods", "draft", "--lookahead", "2", "--threads", "1", "--repeats", "1", "--confirm", "1",
-        "--run-dir", str(tmp_path / "run"), "--out", str(tmp_path / "m.yaml"),
-    ]  # fmt: skip
-    result = runner.invoke(app, args, catch_exceptions=False)
+    result = runner.invoke(app, _optimize_args(workload, target, drafts_dir, tmp_path), catch_exceptions=False)
     assert result.exit_code == 0, result.output
     results = load_results(tmp_path / "run" / "results.json")
     assert results.workload is not None
@@ -125,20 +130,7 @@ def test_optimize_refuses_a_workload_the_draft_was_entirely_trained_on(
     assert result.exit_code == 2, result.output
     assert "every request was used to distil" in result.output
     assert "Traceback" not in result.output
-    bench = [
-        "bench",
-        "--workload",
-        str(workload),
-        "--target",
-        str(target),
-        "--draft",
-        str(dest),
-        "--method",
-        "draft",
-        "--lookahead",
-        "2",
-    ]
-    result = runner.invoke(app, [*bench, "--max-tokens", "4", "--device", "cpu"])
+    result = runner.invoke(app, _bench_args(workload, target, dest))
     assert result.exit_code == 2, result.output
     assert "was distilled on every one of these requests" in result.output
 
@@ -151,20 +143,7 @@ def test_bench_leaves_out_the_prompts_a_draft_was_trained_on(
     drafts_dir.mkdir()
     dest = _distilled_on(drafts_dir, draft, target, PROMPTS[1:])
     workload = _workload(tmp_path / "w.jsonl", PROMPTS)
-    args = [
-        "bench",
-        "--workload",
-        str(workload),
-        "--target",
-        str(target),
-        "--draft",
-        str(dest),
-        "--method",
-        "draft",
-        "--lookahead",
-        "2",
-    ]
-    result = runner.invoke(app, [*args, "--max-tokens", "4", "--device", "cpu", "--json"])
+    result = runner.invoke(app, [*_bench_args(workload, target, dest), "--json"])
     assert result.exit_code == 0, result.output
     data = json.loads(result.stdout)
     assert data["seen_by_draft"] == ["r1", "r2", "r3"]
