@@ -142,7 +142,8 @@ def _render(summary: dict[str, Any], out: Path, skipped: bool) -> None:
     training = summary.get("training", {})
     k = after.get("lookahead", summary.get("settings", {}).get("lookahead"))
     table = Table(title=f"held-out requests, greedy, lookahead {k}", title_justify="left")
-    for column in ("category", "requests", "accepted/pass before", "accepted/pass after", "tokens/pass", "agreement"):
+    columns = ("category", "requests", "accepted/pass\nbefore", "accepted/pass\nafter", "tokens/pass\nafter", "agreement")
+    for column in columns:
         table.add_column(column, justify="left" if column == "category" else "right")
     rows = [("all", before, after)] + [
         (name, before.get("per_category", {}).get(name, {}), stats)
@@ -158,6 +159,10 @@ def _render(summary: dict[str, Any], out: Path, skipped: bool) -> None:
             _fmt(a.get("agreement")),
         )
     console.print(table)
+    console.print(
+        "accepted/pass: draft tokens the target kept per verification pass; tokens/pass adds the target's own token "
+        "(1.0 = no gain); agreement: share of positions where the draft's greedy token is the target's"
+    )
     console.print(
         f"draft: {summary.get('draft', {}).get('layers')} layers x {summary.get('draft', {}).get('hidden')} wide, "
         f"cost ratio c = {_fmt(cost.get('c'), 3)} ({_fmt(cost.get('draft_ms'))} ms vs "
