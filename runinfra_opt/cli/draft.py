@@ -142,8 +142,8 @@ def _render(summary: dict[str, Any], out: Path, skipped: bool) -> None:
     training = summary.get("training", {})
     k = after.get("lookahead", summary.get("settings", {}).get("lookahead"))
     table = Table(title=f"held-out requests, greedy, lookahead {k}", title_justify="left")
-    columns = ("category", "requests", "accepted/pass\nbefore", "accepted/pass\nafter", "tokens/pass\nafter")
-    columns += ("agreement",)
+    columns = ["category", "requests", "accepted/pass\nbefore", "accepted/pass\nafter", "tokens/pass\nafter"]
+    columns.append("agreement")
     for column in columns:
         table.add_column(column, justify="left" if column == "category" else "right")
     rows = [("all", before, after)] + [
