@@ -112,6 +112,7 @@ def test_optimize_measures_a_distilled_draft_only_on_prompts_it_was_not_trained_
     assert results.workload.used_requests == 1
     assert {r.request_id for v in results.variants for r in v.predicted_requests + v.measured_requests} == {"r3"}
     assert any("left out 3 of 4 requests that drafts were distilled on" in n for n in results.notes)
+    assert "Note: left out 3 of 4 requests" in result.output
 
 
 def test_optimize_refuses_a_workload_the_draft_was_entirely_trained_on(

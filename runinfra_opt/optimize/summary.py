@@ -90,6 +90,9 @@ def render_summary(results: RunResults, console: Console) -> None:
     for vr in results.variants:
         if vr.disqualified:
             console.print(Text(f"disqualified {vr.name}: {vr.disqualified}"))
+    for note in results.notes:
+        if note.startswith("left out "):  # requests a draft was trained on: they change what was measured
+            console.print(Text(f"Note: {note}"))
     if results.workload and results.workload.subsampled:
         console.print(Text(f"Note: {results.workload.subsampled}"))
     console.print(Text(decision_sentence(results), style="bold"))
