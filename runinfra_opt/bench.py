@@ -239,9 +239,8 @@ def run_bench(
     workload: Workload | None = None,
 ) -> BenchResult:
     """Load the workload and models, run the variant (and the baseline with `vs_baseline`), summarize."""
-    from runinfra_opt.engine.hf import HFEngine
-    from runinfra_opt.models import load_model
-    from runinfra_opt.optimize.drafts import split_unseen
+    from runinfra_opt.engine.hf import open_engine
+    from runinfra_opt.optimize.drafts import measurable_requests
 
     if config.requests is not None and config.requests < 1:
         raise UserInputError(f"--requests {config.requests}: must be >= 1")
@@ -252,30 +251,21 @@ def run_bench(
     if workload is None:
         workload = load_workload_spec(config.workload, max_tokens=config.max_tokens)
     requests = list(workload.requests[: config.requests] if config.requests else workload.requests)
-    target = load_model(config.target, device=config.device, dtype=config.dtype)
-    drafts = {}
-    if config.draft is not None:
-        drafts[config.draft] = load_model(config.draft, device=target.device, dtype=config.dtype)
-    engine = HFEngine(
-        target,
-        drafts,
+    engine = open_engine(
+        config.target,
+        [config.draft] if config.draft is not None else [],
+        device=config.device,
+        dtype=config.dtype,
         threads=config.threads,
         allow_tokenizer_mismatch=config.allow_tokenizer_mismatch,
         skip_too_long=config.skip_too_long,
     )
     try:
-        kept, skipped = engine.filter_requests(requests, max_tokens=config.max_tokens, source=workload.path)
-        if not kept:
-            raise UserInputError(f"{workload.path}: every request is too long for the target's context")
-        unseen, _counts = split_unseen(kept, [config.draft] if config.draft else [])
-        if not unseen:
-            raise UserInputError(
-                f"{workload.path}: the draft {config.draft} was distilled on every one of these requests; measure it "
-                "on requests it has not seen (its distill.json lists the held-out ones)"
-            )
-        unseen_ids = {r.id for r in unseen}
-        seen = [r.id for r in kept if r.id not in unseen_ids]
-        kept = unseen
+        kept, skipped, _seen = measurable_requests(
+            engine, requests, max_tokens=config.max_tokens, source=workload.path, drafts=list(engine.drafts)
+        )
+        fitting = {r.id for r in kept} | {r.id for r in skipped}
+        seen = [r.id for r in requests if r.id not in fitting]
         variants = [config.variant]
         if config.vs_baseline and config.variant.is_speculative:
             variants = [BASELINE, config.variant]

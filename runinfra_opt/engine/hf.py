@@ -21,7 +21,7 @@ from __future__ import annotations
 import os
 import platform
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -446,3 +446,35 @@ class HFEngine:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def open_engine(
+    target: str,
+    drafts: Sequence[str] = (),
+    *,
+    device: str = "auto",
+    dtype: str = "auto",
+    threads: int | None = None,
+    allow_tokenizer_mismatch: bool = False,
+    skip_too_long: bool = False,
+    on_load: Callable[[str], None] | None = None,
+) -> HFEngine:
+    """Load the target and every draft (on the target's device) and build the engine over them, as bench and
+    optimize do; `on_load(label)` is called after each model."""
+    from runinfra_opt.models import load_model
+
+    loaded = load_model(target, device=device, dtype=dtype)
+    if on_load is not None:
+        on_load(f"target {loaded.name}")
+    draft_models = {}
+    for spec in drafts:
+        draft_models[spec] = load_model(spec, device=loaded.device, dtype=dtype)
+        if on_load is not None:
+            on_load(f"draft {draft_models[spec].name}")
+    return HFEngine(
+        loaded,
+        draft_models,
+        threads=threads,
+        allow_tokenizer_mismatch=allow_tokenizer_mismatch,
+        skip_too_long=skip_too_long,
+    )

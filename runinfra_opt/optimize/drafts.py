@@ -14,9 +14,14 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
+from runinfra_opt.errors import UserInputError
 from runinfra_opt.workload.fingerprint import prompt_digest
 from runinfra_opt.workload.model import Request
+
+if TYPE_CHECKING:  # pragma: no cover
+    from runinfra_opt.engine.hf import HFEngine
 
 DEFAULT_DRAFTS_DIR = Path(".runinfra") / "drafts"
 
@@ -76,3 +81,22 @@ def seen_note(counts: dict[str, int], total: int, kept: int) -> str:
         f"left out {total - kept} of {total} requests that drafts were distilled on ({parts}): a draft is measured "
         "only on traffic it has not seen"
     )
+
+
+def measurable_requests(
+    engine: HFEngine, requests: Sequence[Request], *, max_tokens: int, source: str, drafts: Sequence[str]
+) -> tuple[list[Request], list[Request], dict[str, int]]:
+    """(requests to measure, requests skipped as too long, {draft: requests left out because it trained on them}).
+
+    Raises UserInputError when every request is too long, or when every fitting one trained a draft."""
+    kept, skipped = engine.filter_requests(requests, max_tokens=max_tokens, source=source)
+    if not kept:
+        raise UserInputError(f"{source}: every request is too long for the target's context")
+    unseen, counts = split_unseen(kept, drafts)
+    if not unseen:
+        raise UserInputError(
+            f"{source}: every request was used to distil {', '.join(sorted(counts))}; a draft measured on its own "
+            "training prompts looks far better than it is: measure it on other traffic (its distill.json lists the "
+            "held-out requests)"
+        )
+    return unseen, skipped, counts

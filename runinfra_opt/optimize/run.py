@@ -381,9 +381,8 @@ def _decide(state: _State) -> None:
 
 
 def _load(state: _State, resumed: bool) -> None:
-    from runinfra_opt.engine.hf import HFEngine
-    from runinfra_opt.models import load_model
-    from runinfra_opt.optimize.drafts import seen_note, split_unseen
+    from runinfra_opt.engine.hf import open_engine
+    from runinfra_opt.optimize.drafts import measurable_requests, seen_note
     from runinfra_opt.workload import DEFAULT_MAX_TOKENS, DEFAULT_WORKLOAD, load_workload
 
     config, results, reporter = state.config, state.results, state.reporter
@@ -403,40 +402,28 @@ def _load(state: _State, resumed: bool) -> None:
             )
         state.workload = workload
         reporter.advance(f"workload {workload.name}")
-        target = load_model(config.target, device=config.device, dtype=config.dtype)
-        reporter.advance(f"target {target.name}")
-        drafts = {}
-        for spec in config.drafts:
-            drafts[spec] = load_model(spec, device=target.device, dtype=config.dtype)
-            reporter.advance(f"draft {drafts[spec].name}")
-        state.target, state.drafts = target, drafts
-        engine = HFEngine(
-            target,
-            drafts,
+        engine = open_engine(
+            config.target,
+            config.drafts,
+            device=config.device,
+            dtype=config.dtype,
             threads=config.threads,
             allow_tokenizer_mismatch=config.allow_tokenizer_mismatch,
             skip_too_long=config.skip_too_long,
+            on_load=reporter.advance,
         )
-        state.engine = engine
+        target, drafts = engine.target, engine.drafts
+        state.target, state.drafts, state.engine = target, drafts, engine
         # Without --max-tokens every request keeps its own max_tokens (load_workload filled the missing ones).
         state.max_tokens = config.max_tokens or max(r.max_tokens or DEFAULT_MAX_TOKENS for r in workload.requests)
-        kept, skipped = engine.filter_requests(workload.requests, max_tokens=state.max_tokens, source=workload.path)
-        if not kept:
-            raise UserInputError(f"{workload.path}: every request is too long for the target's context")
+        kept, skipped, seen_counts = measurable_requests(
+            engine, workload.requests, max_tokens=state.max_tokens, source=workload.path, drafts=config.drafts
+        )
         if skipped and not resumed:
             results.notes.append(f"skipped {len(skipped)} request(s) too long for the target's context")
-        unseen, seen_counts = split_unseen(kept, config.drafts)
-        if seen_counts:
-            if not unseen:
-                raise UserInputError(
-                    f"{workload.path}: every request was used to distil "
-                    + ", ".join(sorted(seen_counts))
-                    + "; a draft measured on its own training prompts looks far better than it is: optimize on "
-                    "other traffic, or distil with a --holdout"
-                )
-            if not resumed:
-                results.notes.append(seen_note(seen_counts, len(kept), len(unseen)))
-        state.requests = unseen
+        if seen_counts and not resumed:
+            results.notes.append(seen_note(seen_counts, len(workload.requests) - len(skipped), len(kept)))
+        state.requests = kept
         exit_layers = config.exit_layers or default_exit_layers(target.num_layers)
         state.space = build_space(
             num_layers=target.num_layers,
