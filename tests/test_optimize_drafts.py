@@ -71,20 +71,25 @@ def _workload(path: Path, prompts: list[str]) -> Path:
     return path
 
 
-def _distilled_on(drafts_dir: Path, draft: Path, target: Path, prompts: list[str]) -> Path:
-    """A copy of the tiny draft whose distill.json says it was trained on `prompts` (as distill writes it)."""
+def _distilled_on(
+    tmp_path: Path, tiny_models: tuple[Path, Path], trained: list[str]
+) -> tuple[Path, Path, Path, Path]:
+    """(target, drafts dir, draft, workload of PROMPTS): a copy of the tiny draft in the drafts dir whose
+    distill.json says it was trained on `trained` (as `draft distill` writes it)."""
     from runinfra_opt.workload import load_workload
     from runinfra_opt.workload.fingerprint import prompt_digest
 
+    target, draft = tiny_models
+    drafts_dir = tmp_path / "drafts"
     dest = drafts_dir / "tiny-distilled"
     shutil.copytree(draft, dest)
-    trained = load_workload(str(_workload(drafts_dir / "train.jsonl", prompts)))
+    train_set = load_workload(str(_workload(tmp_path / "train.jsonl", trained)))
     report = {
         "key": {"target_sha256": resolve_model(str(target)).sha256()},
-        "workload": {"train_prompt_digests": [prompt_digest(r) for r in trained.requests]},
+        "workload": {"train_prompt_digests": [prompt_digest(r) for r in train_set.requests]},
     }
     (dest / "distill.json").write_text(json.dumps(report), encoding="utf-8")
-    return dest
+    return target, drafts_dir, dest, _workload(tmp_path / "w.jsonl", PROMPTS)
 
 
 def _bench_args(workload: Path, target: Path, draft: Path) -> list[str]:
@@ -100,11 +105,7 @@ PROMPTS = ["abc abc abc abc", "one two one two", "x y z x y z", "hello hello hel
 def test_optimize_measures_a_distilled_draft_only_on_prompts_it_was_not_trained_on(
     runner: CliRunner, tiny_models: tuple[Path, Path], tmp_path: Path
 ) -> None:
-    target, draft = tiny_models
-    drafts_dir = tmp_path / "drafts"
-    drafts_dir.mkdir()
-    _distilled_on(drafts_dir, draft, target, PROMPTS[:3])
-    workload = _workload(tmp_path / "w.jsonl", PROMPTS)
+    target, drafts_dir, _draft, workload = _distilled_on(tmp_path, tiny_models, PROMPTS[:3])
     result = runner.invoke(app, _optimize_args(workload, target, drafts_dir, tmp_path), catch_exceptions=False)
     assert result.exit_code == 0, result.output
     results = load_results(tmp_path / "run" / "results.json")
@@ -118,11 +119,7 @@ def test_optimize_measures_a_distilled_draft_only_on_prompts_it_was_not_trained_
 def test_optimize_refuses_a_workload_the_draft_was_entirely_trained_on(
     runner: CliRunner, tiny_models: tuple[Path, Path], tmp_path: Path
 ) -> None:
-    target, draft = tiny_models
-    drafts_dir = tmp_path / "drafts"
-    drafts_dir.mkdir()
-    dest = _distilled_on(drafts_dir, draft, target, PROMPTS)
-    workload = _workload(tmp_path / "w.jsonl", PROMPTS)
+    target, _dir, dest, workload = _distilled_on(tmp_path, tiny_models, PROMPTS)
     args = [
         "optimize", "--workload", str(workload), "--target", str(target), "--draft", str(dest),
         "--methods", "draft", "--lookahead", "2", "--threads", "1", "--run-dir", str(tmp_path / "run"),
@@ -139,11 +136,7 @@ def test_optimize_refuses_a_workload_the_draft_was_entirely_trained_on(
 def test_bench_leaves_out_the_prompts_a_draft_was_trained_on(
     runner: CliRunner, tiny_models: tuple[Path, Path], tmp_path: Path
 ) -> None:
-    target, draft = tiny_models
-    drafts_dir = tmp_path / "drafts"
-    drafts_dir.mkdir()
-    dest = _distilled_on(drafts_dir, draft, target, PROMPTS[1:])
-    workload = _workload(tmp_path / "w.jsonl", PROMPTS)
+    target, _dir, dest, workload = _distilled_on(tmp_path, tiny_models, PROMPTS[1:])
     result = runner.invoke(app, [*_bench_args(workload, target, dest), "--json"])
     assert result.exit_code == 0, result.output
     data = json.loads(result.stdout)
