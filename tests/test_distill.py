@@ -165,13 +165,15 @@ def test_cli_distill_writes_a_draft(
     args += ["--layers", "1", "--hidden", "64", "--max-steps", "2", "--max-tokens", "8", "--device", "cpu"]
     result = runner.invoke(app, args)
     assert result.exit_code == 0, result.output
-    assert "accepted/pass" in result.output
+    assert "acc/pass" in result.output
+    assert "saved:" in result.output
     assert "cost ratio c" in result.output
     assert (out / "config.json").is_file()
     assert (out / "distill.json").is_file()
     again = runner.invoke(app, args)
     assert again.exit_code == 0
     assert "up to date" in again.output
+    assert "kept:" in again.output
 
 
 @pytest.mark.parametrize(

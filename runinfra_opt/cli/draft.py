@@ -142,7 +142,7 @@ def _render(summary: dict[str, Any], out: Path, skipped: bool) -> None:
     training = summary.get("training", {})
     k = after.get("lookahead", summary.get("settings", {}).get("lookahead"))
     table = Table(title=f"held-out requests, greedy, lookahead {k}", title_justify="left")
-    columns = ["category", "requests", "accepted/pass\nbefore", "accepted/pass\nafter", "tokens/pass\nafter"]
+    columns = ["category", "requests", "acc/pass\nbefore", "acc/pass\nafter", "tok/pass\nafter"]
     columns.append("agreement")
     for column in columns:
         table.add_column(column, justify="left" if column == "category" else "right")
@@ -161,7 +161,7 @@ def _render(summary: dict[str, Any], out: Path, skipped: bool) -> None:
         )
     console.print(table)
     console.print(
-        "accepted/pass: draft tokens the target kept per verification pass; tokens/pass adds the target's own token "
+        "acc/pass: draft tokens the target accepted per verification pass; tok/pass adds the target's own token "
         "(1.0 = no gain); agreement: share of positions where the draft's greedy token is the target's"
     )
     console.print(
@@ -170,4 +170,4 @@ def _render(summary: dict[str, Any], out: Path, skipped: bool) -> None:
         f"{_fmt(cost.get('target_ms'))} ms a decode step); trained {training.get('steps')} steps in "
         f"{_fmt(training.get('seconds'), 0)} s (final loss {_fmt(training.get('final_loss'), 3)})"
     )
-    console.print(f"saved: {out} (use it as --draft {out})")
+    console.print(f"{'kept' if skipped else 'saved'}: {out} (use it as --draft {out})")
