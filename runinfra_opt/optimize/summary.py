@@ -1,5 +1,6 @@
-"""What `optimize` prints when it ends: a compact table (confirmed variants and the best predicted ones) and
-the decision in one sentence. A pure function of the results; `runinfra-opt report` shows every variant."""
+"""What `optimize` prints when it ends: a compact table (confirmed variants, the best predicted ones and the
+best of every other method) and the decision in one sentence. A pure function of the results;
+`runinfra-opt report` shows every variant."""
 
 from __future__ import annotations
 
@@ -25,13 +26,25 @@ HEADERS = (
 SHORT_STATUS = {"predicted only": "predicted", "ruled out": "ruled out", "disqualified": "disqual."}
 
 
+def _method_key(row: view.VariantRow) -> str:
+    """Methods as the summary groups them: each draft model apart, every n-gram size or exit layer together."""
+    return row.family if row.method == "draft" else row.method
+
+
 def summary_rows(results: RunResults) -> list[view.VariantRow]:
-    """Confirmed variants (the baseline included), then the best few predicted-only ones."""
+    """Confirmed variants (the baseline included), the best few predicted-only ones, and the best predicted
+    variant of every other method and draft model, so that a method that loses is seen losing."""
     rows = view.variant_rows(results)
     confirmed = [r for r in rows if r.confirmed]
     others = [r for r in rows if not r.confirmed and r.predicted_tokens_per_s is not None]
     others.sort(key=lambda r: -(r.predicted_tokens_per_s or 0.0))
-    return confirmed + others[:PREDICTED_ONLY_SHOWN]
+    shown = confirmed + others[:PREDICTED_ONLY_SHOWN]
+    methods = {_method_key(r) for r in shown}
+    for row in others[PREDICTED_ONLY_SHOWN:]:
+        if _method_key(row) not in methods:
+            shown.append(row)
+            methods.add(_method_key(row))
+    return shown
 
 
 def _cells(row: view.VariantRow) -> list[str]:
