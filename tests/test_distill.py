@@ -101,6 +101,40 @@ def test_saved_draft_runs_as_assistant_and_is_lossless(
     assert assisted.tolist() == greedy.tolist()
 
 
+def test_init_from_a_draft_directory_starts_where_that_draft_ended(
+    tiny_models: tuple[Path, Path], tiny_workload: Path, tmp_path: Path
+) -> None:
+    target_dir, _ = tiny_models
+    first = distill(_config(target_dir, tiny_workload, tmp_path / "first", max_steps=6)).summary
+    second = distill(_config(target_dir, tiny_workload, tmp_path / "second", init=str(tmp_path / "first"))).summary
+    # Same held-out split and data: the second run's "before" is the first run's "after".
+    assert second["heldout_before"] == first["heldout_after"]
+    assert second["draft"]["layers"] == 1
+    assert second["draft"]["hidden"] == 64
+    assert second["training"]["steps"] == 4
+    assert not _same(_weights(tmp_path / "first"), _weights(tmp_path / "second"))
+
+
+def test_cli_init_from_a_model_that_cannot_be_a_draft_exits_2(
+    tiny_models: tuple[Path, Path], tiny_workload: Path, tmp_path: Path, runner: CliRunner
+) -> None:
+    target_dir, _ = tiny_models
+    base = ["draft", "distill", "--target", str(target_dir), "--workload", str(tiny_workload)]
+    base += ["--out", str(tmp_path / "x"), "--max-steps", "1", "--device", "cpu"]
+    missing = runner.invoke(app, [*base, "--init", str(tmp_path / "nothing-here")])
+    assert missing.exit_code == 2, missing.output
+    assert "expected layers, embedding or a model directory" in missing.output
+    other_vocab = tmp_path / "other-vocab"
+    other_vocab.mkdir()
+    config = json.loads((target_dir / "config.json").read_text(encoding="utf-8"))
+    config["vocab_size"] = int(config["vocab_size"]) + 7
+    (other_vocab / "config.json").write_text(json.dumps(config), encoding="utf-8")
+    result = runner.invoke(app, [*base, "--init", str(other_vocab)])
+    assert result.exit_code == 2, result.output
+    assert f"vocabulary of {config['vocab_size']} tokens" in result.output
+    assert "Traceback" not in result.output
+
+
 def test_training_is_deterministic_for_a_seed(
     tiny_models: tuple[Path, Path], tiny_workload: Path, tmp_path: Path
 ) -> None:

@@ -42,7 +42,9 @@ def distill_command(
     init: str = typer.Option(
         "layers",
         "--init",
-        help="layers: the target's layers projected to the draft's width; embedding: embeddings only.",
+        help="layers: the target's layers projected to the draft's width; embedding: embeddings only; or a model "
+        "directory to start from (an earlier draft or a small Llama with the target's vocabulary; --layers and "
+        "--hidden then come from it).",
     ),
     force: bool = typer.Option(False, "--force", help="Train again even if --out holds a draft of these settings."),
     as_json: bool = typer.Option(False, "--json", help="Print distill.json on stdout."),

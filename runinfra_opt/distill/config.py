@@ -53,7 +53,12 @@ class DistillConfig:
     threads: int | None = None
     init: str = "layers"
     """`layers`: the target's layers (evenly spaced) projected onto the top principal directions of its residual
-    stream; `embedding`: only the target's embedding (projected), layers random."""
+    stream; `embedding`: only the target's embedding (projected), layers random; or a model directory: start
+    from that model (an earlier draft, or a small pretrained model with the target's vocabulary)."""
+
+    @property
+    def init_from_model(self) -> bool:
+        return self.init not in INITS
 
     def validate(self) -> None:
         problems = []
@@ -77,8 +82,8 @@ class DistillConfig:
             problems.append(f"--lookahead {self.lookahead}: expected >= 1")
         if self.train_dtype not in ("auto", "float32", "bfloat16"):
             problems.append(f"--train-dtype {self.train_dtype}: expected auto, float32 or bfloat16")
-        if self.init not in INITS:
-            problems.append(f"--init {self.init}: expected one of {', '.join(INITS)}")
+        if self.init_from_model and not (Path(self.init) / "config.json").is_file():
+            problems.append(f"--init {self.init}: expected {', '.join(INITS)} or a model directory (with config.json)")
         if self.threads is not None and self.threads < 1:
             problems.append(f"--threads {self.threads}: expected >= 1")
         if problems:
@@ -95,4 +100,8 @@ class DistillConfig:
         data = self.to_dict()
         for name in ("out", "minutes", "max_steps", "threads", "lookahead", "device"):
             data.pop(name)
+        if self.init_from_model:
+            from runinfra_opt.models import dir_fingerprint
+
+            data["init_sha256"] = dir_fingerprint(Path(self.init))  # a changed starting model is a new run
         return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]

@@ -154,8 +154,8 @@ def distill(config: DistillConfig, progress: DistillProgress | None = None, *, f
         },
         "data": data.meta,
         "draft": {
-            "layers": config.layers,
-            "hidden": config.hidden,
+            "layers": int(draft.config.num_hidden_layers),
+            "hidden": int(draft.config.hidden_size),
             "num_parameters": int(sum(p.numel() for p in draft.parameters())),
             "bf16_autocast": use_autocast(config.train_dtype, target.device),
         },

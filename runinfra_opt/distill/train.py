@@ -191,7 +191,9 @@ BASIS_SAMPLE_TOKENS = 4096
 
 
 def make_draft(target: Any, data: TeacherData, train_indices: list[int], config: DistillConfig) -> LlamaForCausalLM:
-    """The initial draft for `config.init` (see `init_draft_from_layers` and `init_draft`)."""
+    """The initial draft for `config.init` (see `init_draft_from_layers`, `init_draft` and `load_initial_draft`)."""
+    if config.init_from_model:
+        return load_initial_draft(target, Path(config.init))
     if config.init == "embedding":
         return init_draft(target, config.layers, config.hidden, config.seed)
     width = int(target.config.hidden_size)
@@ -212,6 +214,24 @@ def make_draft(target: Any, data: TeacherData, train_indices: list[int], config:
             break
     basis = residual_basis(target, samples, config.hidden)
     return init_draft_from_layers(target, config.layers, basis, config.seed)
+
+
+def load_initial_draft(target: Any, path: Path) -> LlamaForCausalLM:
+    """A model directory to start from (an earlier draft, or a small pretrained Llama-style model). It must be
+    a Llama (the draft is saved as one) with the target's vocabulary size."""
+    from transformers import AutoConfig
+
+    config = AutoConfig.from_pretrained(path)
+    if getattr(config, "model_type", None) != "llama":
+        raise UserInputError(f"--init {path}: a {config.model_type} model; a draft must be a Llama-style model")
+    if int(config.vocab_size) != int(target.config.vocab_size):
+        raise UserInputError(
+            f"--init {path}: vocabulary of {config.vocab_size} tokens, the target has {target.config.vocab_size}"
+        )
+    draft = LlamaForCausalLM.from_pretrained(path, dtype=torch.float32)
+    _copy_generation_ids(draft, target)
+    draft.eval()
+    return draft
 
 
 @dataclass
