@@ -261,11 +261,10 @@ def run_bench(
         skip_too_long=config.skip_too_long,
     )
     try:
-        kept, skipped, _seen = measurable_requests(
+        measurable = measurable_requests(
             engine, requests, max_tokens=config.max_tokens, source=workload.path, drafts=list(engine.drafts)
         )
-        fitting = {r.id for r in kept} | {r.id for r in skipped}
-        seen = [r.id for r in requests if r.id not in fitting]
+        kept, skipped = measurable.requests, measurable.too_long
         variants = [config.variant]
         if config.vs_baseline and config.variant.is_speculative:
             variants = [BASELINE, config.variant]
@@ -297,7 +296,7 @@ def run_bench(
         summaries=summaries,
         speedup=ratio,
         skipped=[r.id for r in skipped],
-        seen_by_draft=seen,
+        seen_by_draft=[r.id for r in measurable.trained_on],
     )
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -58,45 +59,51 @@ def trained_prompts(draft_spec: str) -> set[str]:
     return {str(d) for d in digests} if isinstance(digests, list) else set()
 
 
-def split_unseen(requests: Sequence[Request], drafts: Sequence[str]) -> tuple[list[Request], dict[str, int]]:
-    """(requests no draft was trained on, {draft: how many of `requests` it was trained on}); drafts that saw
-    none of them are left out of the count."""
-    seen_by = {spec: trained_prompts(spec) for spec in drafts}
-    kept: list[Request] = []
-    counts: dict[str, int] = {}
-    for request in requests:
-        digest = prompt_digest(request)
-        hits = [spec for spec, seen in seen_by.items() if digest in seen]
-        for spec in hits:
-            counts[spec] = counts.get(spec, 0) + 1
-        if not hits:
-            kept.append(request)
-    return kept, counts
+@dataclass
+class Measurable:
+    """What bench and optimize may measure of a workload, and what they leave out."""
 
+    requests: list[Request]
+    too_long: list[Request]
+    """Skipped: longer than the target's context (only with --skip-too-long; otherwise an error)."""
+    trained_on: list[Request]
+    """Left out: a draft was distilled on their prompts."""
+    per_draft: dict[str, int] = field(default_factory=dict)
+    """Draft -> how many of the fitting requests it was distilled on (drafts that saw none are absent)."""
 
-def seen_note(counts: dict[str, int], total: int, kept: int) -> str:
-    """One line saying which requests were left out because a draft was trained on them."""
-    parts = ", ".join(f"{Path(spec).name} on {n}" for spec, n in sorted(counts.items()))
-    return (
-        f"left out {total - kept} of {total} requests that drafts were distilled on ({parts}): a draft is measured "
-        "only on traffic it has not seen"
-    )
+    def trained_on_note(self) -> str | None:
+        """One line saying which requests were left out because a draft was trained on them."""
+        if not self.trained_on:
+            return None
+        parts = ", ".join(f"{Path(spec).name} on {n}" for spec, n in sorted(self.per_draft.items()))
+        total = len(self.requests) + len(self.trained_on)
+        return (
+            f"left out {len(self.trained_on)} of {total} requests that drafts were distilled on ({parts}): a draft "
+            "is measured only on traffic it has not seen"
+        )
 
 
 def measurable_requests(
     engine: HFEngine, requests: Sequence[Request], *, max_tokens: int, source: str, drafts: Sequence[str]
-) -> tuple[list[Request], list[Request], dict[str, int]]:
-    """(requests to measure, requests skipped as too long, {draft: requests left out because it trained on them}).
+) -> Measurable:
+    """The requests to measure: those that fit the target's context and that no draft was distilled on.
 
     Raises UserInputError when every request is too long, or when every fitting one trained a draft."""
-    kept, skipped = engine.filter_requests(requests, max_tokens=max_tokens, source=source)
-    if not kept:
+    fitting, too_long = engine.filter_requests(requests, max_tokens=max_tokens, source=source)
+    if not fitting:
         raise UserInputError(f"{source}: every request is too long for the target's context")
-    unseen, counts = split_unseen(kept, drafts)
-    if not unseen:
+    seen_by = {spec: trained_prompts(spec) for spec in drafts}
+    result = Measurable([], too_long, [])
+    for request in fitting:
+        digest = prompt_digest(request)
+        hits = [spec for spec, seen in seen_by.items() if digest in seen]
+        for spec in hits:
+            result.per_draft[spec] = result.per_draft.get(spec, 0) + 1
+        (result.trained_on if hits else result.requests).append(request)
+    if not result.requests:
         raise UserInputError(
-            f"{source}: every request was used to distil {', '.join(sorted(counts))}; a draft measured on its own "
-            "training prompts looks far better than it is: measure it on other traffic (its distill.json lists the "
-            "held-out requests)"
+            f"{source}: every request was used to distil {', '.join(sorted(result.per_draft))}; a draft measured on "
+            "its own training prompts looks far better than it is: measure it on other traffic (its distill.json "
+            "lists the held-out requests)"
         )
-    return unseen, skipped, counts
+    return result

@@ -382,7 +382,7 @@ def _decide(state: _State) -> None:
 
 def _load(state: _State, resumed: bool) -> None:
     from runinfra_opt.engine.hf import open_engine
-    from runinfra_opt.optimize.drafts import measurable_requests, seen_note
+    from runinfra_opt.optimize.drafts import measurable_requests
     from runinfra_opt.workload import DEFAULT_MAX_TOKENS, DEFAULT_WORKLOAD, load_workload
 
     config, results, reporter = state.config, state.results, state.reporter
@@ -416,14 +416,15 @@ def _load(state: _State, resumed: bool) -> None:
         state.target, state.drafts, state.engine = target, drafts, engine
         # Without --max-tokens every request keeps its own max_tokens (load_workload filled the missing ones).
         state.max_tokens = config.max_tokens or max(r.max_tokens or DEFAULT_MAX_TOKENS for r in workload.requests)
-        kept, skipped, seen_counts = measurable_requests(
+        measurable = measurable_requests(
             engine, workload.requests, max_tokens=state.max_tokens, source=workload.path, drafts=config.drafts
         )
-        if skipped and not resumed:
-            results.notes.append(f"skipped {len(skipped)} request(s) too long for the target's context")
-        if seen_counts and not resumed:
-            results.notes.append(seen_note(seen_counts, len(workload.requests) - len(skipped), len(kept)))
-        state.requests = kept
+        if not resumed:
+            if measurable.too_long:
+                results.notes.append(f"skipped {len(measurable.too_long)} request(s) too long for the target's context")
+            if (note := measurable.trained_on_note()) is not None:
+                results.notes.append(note)
+        state.requests = measurable.requests
         exit_layers = config.exit_layers or default_exit_layers(target.num_layers)
         state.space = build_space(
             num_layers=target.num_layers,
