@@ -48,7 +48,7 @@ def main() -> int:
     from runinfra_opt.distill.config import DistillConfig
     from runinfra_opt.distill.pipeline import distill
     from runinfra_opt.fsutil import atomic_write_text
-    from runinfra_opt.variants import Variant
+    from runinfra_opt.methods import Variant
     from runinfra_opt.workload import load_workload
 
     rows: list[dict[str, Any]] = []

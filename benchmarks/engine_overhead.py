@@ -38,8 +38,8 @@ def main(argv: list[str] | None = None) -> int:
     from transformers.utils import logging
 
     from runinfra_opt.engine.hf import HFEngine
+    from runinfra_opt.methods import BASELINE
     from runinfra_opt.models import load_model
-    from runinfra_opt.variants import BASELINE
     from runinfra_opt.workload import load_workload
 
     logging.set_verbosity_error()

@@ -14,9 +14,10 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from runinfra_opt.engine.protocol import Engine, RequestRecord
 from runinfra_opt.errors import UserInputError
+from runinfra_opt.methods import BASELINE, Variant, get_method
+from runinfra_opt.methods.base import MethodOptions
 from runinfra_opt.results import Interval, Summary
 from runinfra_opt.stats import speedup, summarize
-from runinfra_opt.variants import BASELINE, Variant
 from runinfra_opt.workload.model import Request, Workload
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -151,34 +152,13 @@ def make_variant(
     ngram_max: int = 2,
     exit_layer: int | None = None,
 ) -> Variant:
-    """Build the variant the command line describes, with option-named errors."""
-    if method == "baseline":
-        if lookahead is not None:
-            raise UserInputError("--lookahead: the baseline has no lookahead")
-        if draft is not None:
-            raise UserInputError("--draft is only used with --method draft")
-        return BASELINE
-    if lookahead is None:
-        raise UserInputError(f"--lookahead is required for --method {method}")
-    if lookahead < 1:
-        raise UserInputError(f"--lookahead {lookahead}: must be >= 1")
-    if draft is not None and method != "draft":
-        raise UserInputError("--draft is only used with --method draft")
-    if method == "draft":
-        if draft is None:
-            raise UserInputError("--method draft needs --draft MODEL")
-        return Variant("draft", lookahead=lookahead, draft=draft)
-    if method == "ngram":
-        if ngram_max < 1:
-            raise UserInputError(f"--ngram-max {ngram_max}: must be >= 1")
-        return Variant("ngram", lookahead=lookahead, ngram_max=ngram_max)
-    if method == "early_exit":
-        if exit_layer is None:
-            raise UserInputError("--method early_exit needs --exit-layer L")
-        if exit_layer < 1:
-            raise UserInputError(f"--exit-layer {exit_layer}: must be >= 1")
-        return Variant("early_exit", lookahead=lookahead, exit_layer=exit_layer)
-    return Variant(method, lookahead=lookahead)  # type: ignore[arg-type]  # Variant names the known methods
+    """Build the variant the command line describes, with option-named errors (the method checks its own)."""
+    try:
+        spec = get_method(method)
+    except UserInputError as exc:
+        raise UserInputError(f"--method {method}: {exc}") from None
+    options = MethodOptions(lookahead=lookahead, draft=draft, ngram_max=ngram_max, exit_layer=exit_layer)
+    return spec.from_options(options)
 
 
 @dataclass

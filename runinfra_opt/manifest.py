@@ -4,7 +4,7 @@
 JSON Schema shipped in the package (`schemas/manifest.schema.json`, draft 2020-12) and returns one
 `field.path: problem` line per problem; `write_manifest` validates, then writes YAML atomically.
 
-Serving settings:
+Serving settings come from each method's module (`runinfra_opt/methods/<method>.py`, asked through the registry):
 - transformers: `generate()` kwargs, plus the settings that must be put on the assistant's `generation_config`
   (the target's for early exit), because `generate()` ignores them as kwargs.
 - vLLM: the `--speculative-config` JSON (`method` `ngram` with `prompt_lookup_min`/`prompt_lookup_max`, or
@@ -27,8 +27,8 @@ from typing import Any
 from runinfra_opt.errors import RuninfraError, UserInputError
 from runinfra_opt.exitcodes import ExitCode
 from runinfra_opt.fsutil import atomic_write_text
+from runinfra_opt.methods import Variant, draft_short_name, get_method
 from runinfra_opt.results import Decision, ModelInfo, RunResults, Summary
-from runinfra_opt.variants import Variant, draft_short_name
 
 API_VERSION = "runinfra.dev/v1"
 KIND = "ServingOptimization"
@@ -108,133 +108,6 @@ def _percentiles_ms(values: dict[str, float] | None) -> dict[str, float]:
     return {k: round(v * 1000, 3) for k, v in (values or {}).items() if k in {"p50", "p90", "p95", "p99"}}
 
 
-def _transformers(variant: Variant, draft_path: str | None) -> dict[str, Any]:
-    assistant_config = {
-        "num_assistant_tokens": variant.lookahead,
-        "num_assistant_tokens_schedule": "constant",
-        "assistant_confidence_threshold": variant.confidence_threshold,
-    }
-    if variant.method == "baseline":
-        return {
-            "generateKwargs": {"do_sample": False},
-            "assistantGenerationConfig": None,
-            "appliesTo": None,
-            "note": "Plain greedy decoding: no speculation paid off on this traffic.",
-        }
-    if variant.method == "ngram":
-        return {
-            "generateKwargs": {
-                "do_sample": False,
-                "prompt_lookup_num_tokens": variant.lookahead,
-                "max_matching_ngram_size": variant.ngram_max,
-            },
-            "assistantGenerationConfig": None,
-            "appliesTo": None,
-            "note": "Prompt lookup decoding: no draft model.",
-        }
-    if variant.method == "early_exit":
-        return {
-            "generateKwargs": {"do_sample": False, "assistant_early_exit": variant.exit_layer},
-            "assistantGenerationConfig": assistant_config,
-            "appliesTo": "target_model",
-            "note": (
-                "Set assistantGenerationConfig on the target model's generation_config: generate() ignores these "
-                "keys as keyword arguments. Early exit drafts with the target's first layers + final norm + head."
-            ),
-        }
-    return {
-        "generateKwargs": {"do_sample": False, "assistant_model": draft_path},
-        "assistantGenerationConfig": assistant_config,
-        "appliesTo": "assistant_model",
-        "note": (
-            "Load the draft (assistant_model is its path here) and set assistantGenerationConfig on its "
-            "generation_config: generate() ignores these keys as keyword arguments."
-        ),
-    }
-
-
-def _vllm(variant: Variant, draft_path: str | None) -> dict[str, Any]:
-    config: dict[str, Any] | None
-    if variant.method == "baseline":
-        return {"supported": True, "speculativeConfig": None, "args": [], "note": "No speculative decoding."}
-    if variant.method == "ngram":
-        config = {
-            "method": "ngram",
-            "num_speculative_tokens": variant.lookahead,
-            "prompt_lookup_min": 1,
-            "prompt_lookup_max": variant.ngram_max,
-        }
-        note = (
-            "vLLM's n-gram proposer with the same window and lookahead; its match choice is not guaranteed to be "
-            "token-identical to transformers' prompt lookup, so re-measure the gain on vLLM."
-        )
-    elif variant.method == "draft":
-        config = {"method": "draft_model", "model": draft_path, "num_speculative_tokens": variant.lookahead}
-        note = "Draft-model speculation; the draft must share the target's tokenizer."
-    else:
-        return {
-            "supported": False,
-            "speculativeConfig": None,
-            "args": [],
-            "note": (
-                "vLLM has no early-exit (self-drafting from the target's own layers) method; use the transformers "
-                "settings, or extract the first layers as a draft model and use method draft_model."
-            ),
-        }
-    return {
-        "supported": True,
-        "speculativeConfig": config,
-        "args": ["--speculative-config", json.dumps(config, separators=(",", ":"))],
-        "note": note,
-    }
-
-
-def _sglang(variant: Variant, draft_path: str | None) -> dict[str, Any]:
-    k = variant.lookahead
-    if variant.method == "baseline":
-        return {"supported": True, "args": [], "note": "No speculative decoding."}
-    if variant.method == "ngram":
-        return {
-            "supported": True,
-            "args": [
-                "--speculative-algorithm",
-                "NGRAM",
-                "--speculative-num-draft-tokens",
-                str(k + 1),
-                "--speculative-ngram-min-match-window-size",
-                "1",
-                "--speculative-ngram-max-match-window-size",
-                str(variant.ngram_max),
-            ],  # fmt: skip
-            "note": (
-                "SGLang's NGRAM runs on CUDA only and drafts from its own n-gram cache (not transformers' prompt "
-                "lookup rule); --speculative-num-draft-tokens counts the verified root token (k + 1). Re-measure."
-            ),
-        }
-    if variant.method == "draft":
-        return {
-            "supported": True,
-            "args": [
-                "--speculative-algorithm",
-                "STANDALONE",
-                "--speculative-draft-model-path",
-                str(draft_path),
-                "--speculative-num-steps",
-                str(k),
-                "--speculative-eagle-topk",
-                "1",
-                "--speculative-num-draft-tokens",
-                str(k + 1),
-            ],  # fmt: skip
-            "note": "A chain (top-k 1) of k draft steps, k + 1 tokens verified per step, as measured here.",
-        }
-    return {
-        "supported": False,
-        "args": [],
-        "note": "SGLang has no early-exit (self-drafting from the target's own layers) algorithm.",
-    }
-
-
 def _measured(results: RunResults, decision: Decision) -> dict[str, Any]:
     def summary(name: str) -> Summary | None:
         result = results.variant(name)
@@ -263,8 +136,11 @@ def build_manifest(results: RunResults) -> dict[str, Any]:
     if winner is None:
         raise UserInputError(f"run {results.run_id}: the decision's winner {decision.winner!r} is not in the results")
     variant = Variant.from_dict(winner.variant)
-    draft = _model_info(results, variant.draft)
-    draft_path = (draft.path or draft.spec) if draft else variant.draft
+    method = get_method(variant.method)
+    drafter = method.drafter(variant)
+    draft_spec = drafter.model if drafter is not None else None
+    draft = _model_info(results, draft_spec)
+    draft_path = (draft.path or draft.spec) if draft else draft_spec
     config = results.config
     target, workload = results.target, results.workload
 
@@ -273,15 +149,15 @@ def build_manifest(results: RunResults) -> dict[str, Any]:
         speculative = {
             "method": variant.method,
             "lookahead": variant.lookahead,
-            "ngramMax": variant.ngram_max,
-            "exitLayer": variant.exit_layer,
+            **method.manifest_fields(variant),
             "confidenceThreshold": variant.confidence_threshold,
-            "draft": None,
         }
-        if variant.method == "draft":
+        if variant.options:
+            speculative["options"] = dict(variant.options)
+        if draft_spec is not None:
             speculative["draft"] = {
-                "spec": variant.draft or "",
-                "name": draft.name if draft else draft_short_name(variant.draft or ""),
+                "spec": draft_spec,
+                "name": draft.name if draft else draft_short_name(draft_spec),
                 "path": draft.path if draft else None,
                 "fileSha256": draft.file_sha256 if draft else None,
                 "numParameters": draft.num_parameters if draft else None,
@@ -339,9 +215,9 @@ def build_manifest(results: RunResults) -> dict[str, Any]:
         },
         "speculative": speculative,
         "serving": {
-            "transformers": _transformers(variant, draft_path),
-            "vllm": _vllm(variant, draft_path),
-            "sglang": _sglang(variant, draft_path),
+            "transformers": method.serving_transformers(variant, draft_path),
+            "vllm": method.serving_vllm(variant, draft_path),
+            "sglang": method.serving_sglang(variant, draft_path),
         },
     }
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
+from runinfra_opt.methods import Variant, parse_variant_name
 from runinfra_opt.results import (
     CategoryDecision,
     Decision,
@@ -21,7 +22,6 @@ from runinfra_opt.results import (
     VariantResult,
     WorkloadInfo,
 )
-from runinfra_opt.variants import Variant, parse_variant_name
 
 CATEGORIES = ("summarize", "code-edit", "chat")
 BASE_TOKENS_PER_S = 16.0

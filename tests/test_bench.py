@@ -23,8 +23,8 @@ from runinfra_opt.bench import (
 from runinfra_opt.cli.app import app
 from runinfra_opt.engine.protocol import RequestRecord
 from runinfra_opt.errors import UserInputError
+from runinfra_opt.methods import BASELINE, Variant
 from runinfra_opt.stats import paired, percentiles, speedup, summarize, tokens_per_s
-from runinfra_opt.variants import BASELINE, Variant
 from runinfra_opt.workload.model import Request
 
 NGRAM = Variant("ngram", lookahead=4, ngram_max=2)

@@ -7,6 +7,9 @@ from dataclasses import dataclass
 
 import pytest
 
+from runinfra_opt.methods import BASELINE, Variant
+from runinfra_opt.methods.ngram import simulate_ngram
+from runinfra_opt.methods.simulation import expected_sampled, simulate_baseline, simulate_draft
 from runinfra_opt.optimize.costmodel import (
     CostModel,
     Observation,
@@ -16,8 +19,6 @@ from runinfra_opt.optimize.costmodel import (
     ideal_speedup,
     predict_request,
 )
-from runinfra_opt.optimize.simulate import expected_sampled, simulate_baseline, simulate_draft, simulate_ngram
-from runinfra_opt.variants import BASELINE, Variant
 
 
 @dataclass(frozen=True)

@@ -10,8 +10,8 @@ import pytest
 from runinfra_opt.bench import compare_to_baseline
 from runinfra_opt.engine.hf import HFEngine, check_same_vocabulary
 from runinfra_opt.errors import UserInputError
+from runinfra_opt.methods import BASELINE, Variant
 from runinfra_opt.models import LoadedModel, load_model
-from runinfra_opt.variants import BASELINE, Variant
 from runinfra_opt.workload.model import Message, Request
 
 MAX_TOKENS = 48

@@ -19,6 +19,7 @@ from runinfra_opt.manifest import (
     validate_manifest,
     write_manifest,
 )
+from runinfra_opt.methods import BASELINE, Variant
 from runinfra_opt.results import (
     CategoryDecision,
     Decision,
@@ -29,7 +30,6 @@ from runinfra_opt.results import (
     VariantResult,
     WorkloadInfo,
 )
-from runinfra_opt.variants import BASELINE, Variant
 
 SHA = "a" * 64
 NGRAM = Variant("ngram", lookahead=4, ngram_max=2)

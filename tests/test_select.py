@@ -8,10 +8,10 @@ import pytest
 
 from runinfra_opt.errors import NoFeasibleVariantError
 from runinfra_opt.exitcodes import ExitCode
+from runinfra_opt.methods import BASELINE, Variant
 from runinfra_opt.optimize import stats
 from runinfra_opt.optimize.select import decide, per_category
 from runinfra_opt.results import ModelInfo, RequestResult, RunResults, Summary, VariantResult
-from runinfra_opt.variants import BASELINE, Variant
 
 REQUESTS = 12
 REPEATS = 2

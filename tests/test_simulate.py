@@ -9,13 +9,8 @@ from typing import Any
 
 import pytest
 
-from runinfra_opt.optimize.simulate import (
-    expected_sampled,
-    ngram_candidates,
-    simulate_baseline,
-    simulate_draft,
-    simulate_ngram,
-)
+from runinfra_opt.methods.ngram import ngram_candidates, simulate_ngram
+from runinfra_opt.methods.simulation import expected_sampled, simulate_baseline, simulate_draft
 
 LOOKAHEADS = (1, 2, 4, 8)
 MAX_NEW = 24

@@ -32,8 +32,8 @@ from transformers.generation.streamers import BaseStreamer
 from runinfra_opt import __version__
 from runinfra_opt.engine.protocol import RequestRecord
 from runinfra_opt.errors import UserInputError
+from runinfra_opt.methods import Variant, get_method
 from runinfra_opt.models import LoadedModel
-from runinfra_opt.variants import Variant
 from runinfra_opt.workload.model import Request
 
 VOCAB_PROBE = 256
@@ -275,13 +275,13 @@ class HFEngine:
     # ---- generation ------------------------------------------------------------------------------------------
 
     def _draft_for(self, variant: Variant) -> LoadedModel | None:
-        if variant.method != "draft":
+        drafter = get_method(variant.method).drafter(variant)
+        if drafter is None or drafter.model is None:
             return None
-        assert variant.draft is not None
-        if variant.draft not in self.drafts:
+        if drafter.model not in self.drafts:
             known = ", ".join(sorted(self.drafts)) or "none"
-            raise UserInputError(f"variant {variant.name}: draft {variant.draft!r} is not loaded (loaded: {known})")
-        return self.drafts[variant.draft]
+            raise UserInputError(f"variant {variant.name}: draft {drafter.model!r} is not loaded (loaded: {known})")
+        return self.drafts[drafter.model]
 
     def _generation_config(self, request: Request, variant: Variant, max_new_tokens: int) -> GenerationConfig:
         config = GenerationConfig(
@@ -297,21 +297,19 @@ class HFEngine:
             config.temperature = float(request.temperature or 1.0)
             config.top_p = float(request.top_p) if request.top_p is not None else 1.0
             config.top_k = 0  # disabled, as in OpenAI-style serving (None would fall back to transformers' 50)
-        if variant.method == "ngram":
-            config.prompt_lookup_num_tokens = variant.lookahead
-            config.max_matching_ngram_size = variant.ngram_max
-        elif variant.method == "early_exit":
-            config.assistant_early_exit = variant.exit_layer
+        for key, value in get_method(variant.method).transformers_settings(variant).generation.items():
+            setattr(config, key, value)
         return config
 
     @contextmanager
     def _assistant_settings(self, variant: Variant, draft: LoadedModel | None) -> Iterator[None]:
         """Constant lookahead: set the three settings transformers reads from the assistant's generation_config
         (the target's own for early exit), and restore them afterwards."""
-        if variant.method == "draft":
+        where = get_method(variant.method).transformers_settings(variant).assistant_config_on
+        if where == "draft":
             assert draft is not None
             holder = draft.model
-        elif variant.method == "early_exit":
+        elif where == "target":
             holder = self.target.model
         else:
             yield
@@ -329,13 +327,7 @@ class HFEngine:
                 setattr(config, key, value)
 
     def _check_variant(self, variant: Variant) -> None:
-        if variant.method == "early_exit":
-            assert variant.exit_layer is not None
-            if variant.exit_layer >= self.target.num_layers:
-                raise UserInputError(
-                    f"variant {variant.name}: exit layer {variant.exit_layer} must be below the target's "
-                    f"{self.target.num_layers} layers"
-                )
+        get_method(variant.method).check_target(variant, self.target.num_layers)
 
     def generate(self, request: Request, variant: Variant, *, max_tokens: int, repeat: int = 0) -> RequestRecord:
         """Run one request under one variant and measure it. `max_tokens` caps the new tokens (the request's own
@@ -351,7 +343,7 @@ class HFEngine:
         extra: dict[str, Any] = {}
         if draft is not None:
             extra["assistant_model"] = draft.model
-            if variant.draft in self._mismatched:
+            if any(self.drafts[spec] is draft for spec in self._mismatched):
                 extra["tokenizer"] = self.target.tokenizer
                 extra["assistant_tokenizer"] = draft.tokenizer
         device = self.target.device

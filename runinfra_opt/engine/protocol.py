@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
 
-from runinfra_opt.variants import Variant
+from runinfra_opt.methods import Variant
 from runinfra_opt.workload.model import Request
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from runinfra_opt.errors import UserInputError
-from runinfra_opt.variants import METHODS, Method
+from runinfra_opt.methods import get_method
 
 Priority = Literal["throughput", "ttft"]
 Strategy = Literal["predictive", "exhaustive"]
@@ -32,18 +32,20 @@ def parse_priority(value: str) -> Priority:
         raise UserInputError(f"--priority {value}: unknown priority; available: {', '.join(PRIORITIES)}") from None
 
 
-def parse_methods(values: list[str] | tuple[str, ...] | None) -> tuple[Method, ...] | None:
+def parse_methods(values: list[str] | tuple[str, ...] | None) -> tuple[str, ...] | None:
     """Methods from repeatable or comma-separated values; `baseline` is always measured and may be omitted."""
     if not values:
         return None
-    out: list[Method] = []
+    out: list[str] = []
     for value in values:
         for item in value.split(","):
             name = item.strip().replace("-", "_")  # `early-exit` and `early_exit` both work
             if not name:
                 continue
-            if name not in METHODS:
-                raise UserInputError(f"--methods {item.strip()}: unknown method; available: {', '.join(METHODS)}")
+            try:
+                get_method(name)
+            except UserInputError as exc:
+                raise UserInputError(f"--methods {item.strip()}: {exc}") from None
             if name not in out:
                 out.append(name)
     return tuple(out) or None
@@ -82,7 +84,7 @@ class OptimizeConfig:
     workload_format: str | None = None
     target: str = "default"
     drafts: tuple[str, ...] = ()
-    methods: tuple[Method, ...] | None = None
+    methods: tuple[str, ...] | None = None
     """None: every method that applies (draft only with --draft)."""
     lookaheads: tuple[int, ...] | None = None
     """None: each method's default lookaheads (see `space`)."""

@@ -23,8 +23,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
-from runinfra_opt.optimize.simulate import ExpectedSimResult, SimResult
-from runinfra_opt.variants import Variant
+from runinfra_opt.methods import Variant, get_method
+from runinfra_opt.methods.simulation import ExpectedSimResult, SimResult
 
 
 class CostSampleLike(Protocol):
@@ -160,11 +160,8 @@ class CostModel:
 
 def role_for(variant: Variant) -> str | None:
     """The cost-model role that drafts for `variant` (None: no drafting model)."""
-    if variant.method == "draft":
-        return f"draft:{variant.draft}"
-    if variant.method == "early_exit":
-        return f"early_exit:{variant.exit_layer}"
-    return None
+    drafter = get_method(variant.method).drafter(variant)
+    return drafter.role if drafter is not None else None
 
 
 def _fit_role(samples: Sequence[CostSampleLike]) -> RoleCost:

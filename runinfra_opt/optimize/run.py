@@ -32,9 +32,10 @@ from typing import TYPE_CHECKING, Any, Protocol
 from runinfra_opt import __version__
 from runinfra_opt.engine.protocol import RequestRecord
 from runinfra_opt.errors import UserInputError
+from runinfra_opt.methods import BASELINE, Variant
 from runinfra_opt.optimize.config import OptimizeConfig
 from runinfra_opt.optimize.plan import plan_requests, replan_confirmation
-from runinfra_opt.optimize.space import build_space, default_exit_layers
+from runinfra_opt.optimize.space import build_space
 from runinfra_opt.results import (
     ModelInfo,
     QueueSimulation,
@@ -46,14 +47,13 @@ from runinfra_opt.results import (
     load_results,
     save_results,
 )
-from runinfra_opt.variants import BASELINE, Variant
 from runinfra_opt.workload.model import Request, Workload
 
 if TYPE_CHECKING:  # pragma: no cover
     from runinfra_opt.engine.hf import HFEngine
+    from runinfra_opt.methods.simulation import ExpectedSimResult, SimResult
     from runinfra_opt.models import LoadedModel
     from runinfra_opt.optimize.costmodel import CostModel
-    from runinfra_opt.optimize.simulate import ExpectedSimResult, SimResult
 
 RESULTS_FILE = "results.json"
 WARMUP_TOKENS = 8
@@ -425,14 +425,13 @@ def _load(state: _State, resumed: bool) -> None:
             if (note := measurable.trained_on_note()) is not None:
                 results.notes.append(note)
         state.requests = measurable.requests
-        exit_layers = config.exit_layers or default_exit_layers(target.num_layers)
         state.space = build_space(
             num_layers=target.num_layers,
             drafts=config.drafts,
             methods=config.methods,
             lookaheads=config.lookaheads,
             ngram_max=config.ngram_max,
-            exit_layers=exit_layers if (config.methods is None or "early_exit" in config.methods) else None,
+            exit_layers=config.exit_layers,
         )
         results.environment = engine.environment()
         results.target = ModelInfo.model_validate(target.info())
@@ -748,8 +747,8 @@ def _calibrate(state: _State) -> None:
 def _fit_overheads(state: _State, baseline: Sequence[RequestResult]) -> CostModel:
     """The measured cost model with generate-loop overheads fitted to `baseline` (measured baseline requests)
     and the per-round overheads to the calibration runs. `state.cost` itself stays the raw measured model."""
+    from runinfra_opt.methods.simulation import SimResult
     from runinfra_opt.optimize.costmodel import Observation, calibrate_overheads, calibrate_round_overhead
-    from runinfra_opt.optimize.simulate import SimResult
 
     assert state.cost is not None
     base = _baseline_records(state.results)
@@ -781,7 +780,8 @@ def _simulate(
 ) -> SimResult | ExpectedSimResult | None:
     """Simulated passes of `request` under `variant` from the profiling pass; `max_tokens` simulates a run
     capped shorter than the baseline's (its greedy output is the baseline's, cut)."""
-    from runinfra_opt.optimize.simulate import expected_sampled, simulate_baseline, simulate_draft, simulate_ngram
+    from runinfra_opt.methods import get_method
+    from runinfra_opt.methods.base import SimInput
 
     assert state.engine is not None
     base = _baseline_records(state.results).get(request.id)
@@ -790,31 +790,30 @@ def _simulate(
     prompt = state.engine.prompt_ids(request)
     cap = state.engine.max_new_tokens(request, min(max_tokens or state.max_tokens, state.max_tokens))
     output = [int(i) for i in (base.model_extra or {}).get("output_ids", [])][:cap]
-    max_length = len(prompt) + cap
-    if variant.method == "baseline":
-        return simulate_baseline(len(output))
-    if variant.method == "ngram":
-        assert variant.ngram_max is not None
-        return simulate_ngram(
-            prompt, output, variant.lookahead, variant.ngram_max, state.engine.eos_token_ids, max_length
-        )
-    role = f"draft:{variant.draft}" if variant.method == "draft" else f"early_exit:{variant.exit_layer}"
-    if request.greedy:
-        bits = state.results.profile.get("agreement", {}).get(role, {}).get(request.id)
-        if bits is None:
-            return None
-        flags = _flags(bits)[: len(output)]
-        return simulate_draft(flags, variant.lookahead, prompt_len=len(prompt), max_length=max_length)
-    probs = state.results.profile.get("acceptance", {}).get(role, {}).get(request.id)
-    if probs is None:
-        return None
-    return expected_sampled(probs[: len(output)], variant.lookahead, prompt_len=len(prompt), max_length=max_length)
+    method = get_method(variant.method)
+    drafter = method.drafter(variant)
+    agreement: list[bool] | None = None
+    acceptance: list[float] | None = None
+    if drafter is not None:
+        bits = state.results.profile.get("agreement", {}).get(drafter.role, {}).get(request.id)
+        agreement = _flags(bits) if bits is not None else None
+        acceptance = state.results.profile.get("acceptance", {}).get(drafter.role, {}).get(request.id)
+    sim = SimInput(
+        prompt_ids=prompt,
+        output_ids=output,
+        eos_token_ids=state.engine.eos_token_ids,
+        max_length=len(prompt) + cap,
+        greedy=request.greedy,
+        agreement=agreement,
+        acceptance=acceptance,
+    )
+    return method.simulate(variant, sim)
 
 
 def _predicted_result(
     request: Request, sim: SimResult | ExpectedSimResult, prompt_len: int, ttft: float, e2e: float
 ) -> RequestResult:
-    from runinfra_opt.optimize.simulate import SimResult
+    from runinfra_opt.methods.simulation import SimResult
 
     n = int(sim.output_tokens)
     if isinstance(sim, SimResult):

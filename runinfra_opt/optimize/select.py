@@ -22,9 +22,9 @@ from dataclasses import dataclass
 
 from runinfra_opt.errors import NoFeasibleVariantError, UserInputError
 from runinfra_opt.exitcodes import ExitCode
+from runinfra_opt.methods import Variant, get_method
 from runinfra_opt.optimize import stats
 from runinfra_opt.results import CategoryDecision, Decision, Interval, RequestResult, RunResults, VariantResult
-from runinfra_opt.variants import METHODS, Variant
 
 TIE = 0.01
 """Relative difference under which two variants count as tied (the simpler one wins)."""
@@ -71,7 +71,9 @@ def _draft_size(results: RunResults, spec: str | None) -> int:
 
 def simplicity_key(results: RunResults, variant: Variant) -> tuple[int, int, int, str]:
     """Ties go to the smaller key: method order, lookahead, draft parameters, name."""
-    return (METHODS.index(variant.method), variant.lookahead, _draft_size(results, variant.draft), variant.name)
+    drafter = get_method(variant.method).drafter(variant)
+    size = _draft_size(results, drafter.model if drafter is not None else None)
+    return (get_method(variant.method).rank, variant.lookahead, size, variant.name)
 
 
 def _pick(results: RunResults, ranked: Sequence[_Candidate], value: float, score: str) -> _Candidate:

@@ -11,8 +11,8 @@ from dataclasses import dataclass
 from typing import Literal
 
 from runinfra_opt.errors import UserInputError
+from runinfra_opt.methods import Variant, get_method, parse_variant_name
 from runinfra_opt.results import Interval, RunResults, Summary, VariantResult
-from runinfra_opt.variants import Variant, draft_short_name, parse_variant_name
 
 Status = Literal["winner", "baseline", "confirmed", "predicted only", "ruled out", "disqualified"]
 _STATUS_ORDER: dict[str, int] = {
@@ -73,13 +73,7 @@ def family_of(result: VariantResult) -> str:
     variant = variant_of(result)
     if variant is None:
         return result.name
-    if variant.method == "ngram":
-        return f"ngram (max match {variant.ngram_max})"
-    if variant.method == "early_exit":
-        return f"early exit L{variant.exit_layer}"
-    if variant.method == "draft":
-        return f"draft {draft_short_name(variant.draft or '')}"
-    return "baseline"
+    return get_method(variant.method).family(variant)
 
 
 def _ms(summary: Summary | None, key: str) -> float | None:

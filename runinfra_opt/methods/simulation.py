@@ -8,7 +8,6 @@ transformers' (5.24) loop exactly on those facts, for any lookahead, without run
 - `simulate_draft`: `generate(assistant_model=...)` and `generate(assistant_early_exit=L)` (an early exit
   at layer L drafts like a model made of the target's first L layers + final norm + lm_head), with
   `num_assistant_tokens_schedule="constant"` and `assistant_confidence_threshold=0`.
-- `simulate_ngram`: `generate(prompt_lookup_num_tokens=k, max_matching_ngram_size=n)`.
 - `simulate_baseline`: plain greedy decoding (one target pass per token).
 - `expected_sampled`: expected counts for sampled requests from per-position acceptance probabilities.
 
@@ -17,7 +16,7 @@ Pure Python; nothing here imports torch.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 
@@ -88,7 +87,7 @@ class ExpectedSimResult:
         return self.first_chunk - 1 if self.draft_passes else 0
 
 
-def _check(lookahead: int, prompt_len: int, output_len: int, max_length: int) -> None:
+def check_lengths(lookahead: int, prompt_len: int, output_len: int, max_length: int) -> None:
     if lookahead < 1:
         raise ValueError(f"lookahead must be >= 1, got {lookahead}")
     if prompt_len < 1:
@@ -128,7 +127,7 @@ def simulate_draft(
     round are unknown here (they follow the draft's own wrong prefix); they are assumed not to be EOS.
     """
     n_out = len(agree)
-    _check(lookahead, prompt_len, n_out, max_length)
+    check_lengths(lookahead, prompt_len, n_out, max_length)
     ended_by_eos = prompt_len + n_out < max_length
 
     def is_eos(pos: int) -> bool:
@@ -167,71 +166,6 @@ def simulate_draft(
     return result
 
 
-def ngram_candidates(
-    ids: Sequence[int], lookahead: int, max_ngram: int, eos_ids: Collection[int], max_length: int
-) -> list[int]:
-    """Prompt lookup's candidates for the sequence `ids` (prompt + generated so far), as transformers'
-    `PromptLookupCandidateGenerator` picks them: n-gram sizes from min(max_ngram, len-1) down to 1; for each,
-    the left-most earlier occurrence of the sequence's last n tokens whose continuation is non-empty; the
-    continuation is at most `lookahead` tokens, cut at the sequence's end and before the first EOS. An
-    empty cut continuation still ends the search (no fallback to a shorter n-gram)."""
-    length = len(ids)
-    if max_length == length + 1:
-        return []
-    for size in range(min(max_ngram, length - 1), 0, -1):
-        tail = list(ids[length - size :])
-        for start in range(0, length - size + 1):
-            if list(ids[start : start + size]) != tail:
-                continue
-            begin = start + size
-            end = min(begin + lookahead, length, max_length)
-            if begin >= end:
-                continue
-            chosen = list(ids[begin:end])
-            for j, tok in enumerate(chosen):
-                if tok in eos_ids:
-                    return chosen[:j]
-            return chosen
-    return []
-
-
-def simulate_ngram(
-    prompt_ids: Sequence[int],
-    output_ids: Sequence[int],
-    lookahead: int,
-    max_ngram: int,
-    eos_ids: Collection[int],
-    max_length: int,
-) -> SimResult:
-    """Replay prompt lookup decoding over the target's greedy output (token ids): candidates from
-    `ngram_candidates`, verified by one target pass, the agreeing run kept plus one target token, cut at
-    `max_length` and at the output's end. No draft model runs (`draft_passes` = 0)."""
-    prompt_len, n_out = len(prompt_ids), len(output_ids)
-    _check(lookahead, prompt_len, n_out, max_length)
-    if max_ngram < 1:
-        raise ValueError(f"max_ngram must be >= 1, got {max_ngram}")
-    eos = set(eos_ids)
-    seq = list(prompt_ids)
-    result = SimResult(target_passes=0, draft_passes=0, drafted=0, output_tokens=n_out)
-    done = 0
-    while done < n_out:
-        candidates = ngram_candidates(seq, lookahead, max_ngram, eos, max_length)
-        matched = 0
-        for j, tok in enumerate(candidates):
-            pos = done + j
-            if pos >= n_out or output_ids[pos] != tok:
-                break
-            matched += 1
-        new_tokens = min(matched + 1, n_out - done, max_length - len(seq))
-        result.target_passes += 1
-        result.drafted += len(candidates)
-        result.chunks.append(len(candidates) + 1)
-        result.accepted_per_pass.append(new_tokens - 1)
-        seq.extend(output_ids[done : done + new_tokens])
-        done += new_tokens
-    return result
-
-
 def expected_sampled(
     accept_probs: Sequence[float],
     lookahead: int,
@@ -251,7 +185,7 @@ def expected_sampled(
     `drafts_with_model=False` (prompt lookup) the draft runs no forwards.
     """
     n_out = len(accept_probs)
-    _check(lookahead, prompt_len, n_out, max_length)
+    check_lengths(lookahead, prompt_len, n_out, max_length)
     if n_out == 0:
         return ExpectedSimResult(0.0, 0.0, 0.0, 0.0, first_chunk=1)
     probs = [min(max(float(p), 0.0), 1.0) for p in accept_probs]

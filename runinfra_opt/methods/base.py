@@ -1,0 +1,240 @@
+"""What a speculative-decoding method is to the rest of the program: one `SpecMethod` per method.
+
+A method owns everything that is particular to it: the validation of its options, its variants' names and
+their parsing, its part of the default search space, the simulator that replays it offline, what drafts for it
+(the cost model's and the profiler's role), its rank for ties, and its settings for each serving engine
+(transformers in-process, vLLM, SGLang). Everything above (engines, optimize, bench, manifest, report) asks the
+registry (`runinfra_opt.methods.registry`) and never tests a method's name.
+
+Pure Python: nothing here imports torch.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+import string
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
+
+from runinfra_opt.errors import UserInputError
+
+if TYPE_CHECKING:  # pragma: no cover
+    from runinfra_opt.methods.simulation import ExpectedSimResult, SimResult
+    from runinfra_opt.methods.variant import Variant
+
+
+@dataclass(frozen=True)
+class Drafter:
+    """What proposes the candidates of a variant, as the cost model and the profiler see it. `role` keys the
+    cost model's measurements and the profile's agreement flags (e.g. `draft:<spec>`, `early_exit:<layer>`).
+    Exactly one of `model` (a separate draft model's spec) and `exit_layer` (the target's first layers + its
+    final norm and head) is set."""
+
+    role: str
+    model: str | None = None
+    exit_layer: int | None = None
+
+
+@dataclass(frozen=True)
+class SimInput:
+    """What a simulator needs about one request: the prompt and the baseline's output as token ids, the
+    engine's EOS ids and length limit, and the drafter's profile (teacher-forced agreement flags for a greedy
+    request, acceptance probabilities for a sampled one) when the method has a drafter."""
+
+    prompt_ids: Sequence[int]
+    output_ids: Sequence[int]
+    eos_token_ids: Collection[int]
+    max_length: int
+    greedy: bool = True
+    agreement: Sequence[bool] | None = None
+    acceptance: Sequence[float] | None = None
+
+
+@dataclass(frozen=True)
+class SpaceSpec:
+    """What `optimize` asks for: the target's depth, the draft models given, and the user's overrides
+    (`--lookahead`, `--ngram-max`, `--exit-layers`; None keeps a method's defaults)."""
+
+    num_layers: int
+    drafts: Sequence[str] = ()
+    lookaheads: Sequence[int] | None = None
+    ngram_max: Sequence[int] | None = None
+    exit_layers: Sequence[int] | None = None
+
+
+@dataclass(frozen=True)
+class MethodOptions:
+    """A variant as `bench`'s command line describes it (option names appear in the errors)."""
+
+    lookahead: int | None = None
+    draft: str | None = None
+    ngram_max: int = 2
+    exit_layer: int | None = None
+
+
+@dataclass(frozen=True)
+class TransformersSettings:
+    """How the in-process transformers engine runs a variant: attributes set on the request's
+    `GenerationConfig`, and whose `generation_config` carries the assistant settings (`num_assistant_tokens`,
+    schedule, confidence threshold): the draft model's, the target's own (early exit), or nobody's."""
+
+    generation: dict[str, Any] = field(default_factory=dict)
+    assistant_config_on: Literal["draft", "target"] | None = None
+
+
+class SpecMethod:
+    """Base class of a method. Subclasses set `name` and `rank` and override what differs; the defaults fit a
+    method whose only option is the lookahead."""
+
+    name: ClassVar[str] = ""
+    rank: ClassVar[int] = 100
+    """Ties go to the smaller rank (the simpler method to deploy)."""
+    in_default_space: ClassVar[bool] = True
+    """Part of `optimize`'s search space when `--methods` is not given."""
+    needs_draft_model: ClassVar[bool] = False
+    speculative: ClassVar[bool] = True
+    name_format: ClassVar[str] = "{method}-k{lookahead}"
+    """How variant names are written, from the Variant's fields (`{draft}` is the draft's short name). The
+    default `variant_name`/`parse_name` write and read it; a method with other parameters overrides both."""
+
+    # ---- options and names --------------------------------------------------------------------------------
+
+    def validate(self, variant: Variant) -> None:
+        """Raise UserInputError when `variant`'s options do not make a valid variant of this method."""
+        if variant.lookahead < 1:
+            raise UserInputError(f"lookahead must be >= 1 for method {self.name}, got {variant.lookahead}")
+
+    def variant_name(self, variant: Variant) -> str:
+        from runinfra_opt.methods.variant import draft_short_name
+
+        return self.name_format.format(
+            method=self.name,
+            lookahead=variant.lookahead,
+            ngram_max=variant.ngram_max,
+            exit_layer=variant.exit_layer,
+            draft=draft_short_name(variant.draft or ""),
+        )
+
+    def parse_name(self, name: str, drafts: dict[str, str]) -> Variant | None:
+        """The variant named `name` when it is one of this method's names, else None."""
+        from runinfra_opt.methods.variant import Variant
+
+        m = _name_regex(self.name_format.replace("{method}", self.name)).fullmatch(name)
+        if m is None:
+            return None
+        fields: dict[str, Any] = {k: (v if k == "draft" else int(v)) for k, v in m.groupdict().items()}
+        if "draft" in fields:
+            fields["draft"] = drafts.get(fields["draft"], fields["draft"])
+        return Variant(self.name, **fields)
+
+    def name_pattern(self) -> str:
+        """How this method's variant names look, for error messages."""
+        placeholders = {"method": self.name, **_PLACEHOLDERS}
+        return self.name_format.format(**placeholders)
+
+    def from_options(self, options: MethodOptions) -> Variant:
+        """The variant `bench --method NAME ...` describes, with option-named errors."""
+        from runinfra_opt.methods.variant import Variant
+
+        lookahead = require_lookahead(self.name, options)
+        if options.draft is not None:
+            raise UserInputError("--draft is only used with --method draft")
+        return Variant(self.name, lookahead=lookahead)
+
+    def family(self, variant: Variant) -> str:
+        """The variant's family in reports (variants of one family differ only in their lookahead)."""
+        return self.name
+
+    def space(self, spec: SpaceSpec) -> list[Variant]:
+        """This method's part of `optimize`'s search space."""
+        from runinfra_opt.methods.variant import Variant
+
+        return [Variant(self.name, lookahead=k) for k in spec.lookaheads or (2, 4, 8)]
+
+    # ---- prediction ---------------------------------------------------------------------------------------
+
+    def drafter(self, variant: Variant) -> Drafter | None:
+        """What drafts for `variant` (None: no model runs to draft, e.g. prompt lookup)."""
+        return None
+
+    def simulate(self, variant: Variant, sim: SimInput) -> SimResult | ExpectedSimResult | None:
+        """Pass counts of one request under `variant`, from the baseline's output (None: cannot simulate)."""
+        raise NotImplementedError(f"method {self.name} has no simulator")
+
+    def check_target(self, variant: Variant, num_layers: int) -> None:
+        """Raise UserInputError when `variant` cannot run on a target with `num_layers` layers."""
+
+    # ---- engines and manifests ----------------------------------------------------------------------------
+
+    def transformers_settings(self, variant: Variant) -> TransformersSettings:
+        raise NotImplementedError(f"method {self.name} does not run on the transformers engine")
+
+    def manifest_fields(self, variant: Variant) -> dict[str, Any]:
+        """Method-specific fields of the manifest's `speculative` block (beyond method and lookahead)."""
+        return {}
+
+    def serving_transformers(self, variant: Variant, draft_path: str | None) -> dict[str, Any]:
+        settings = self.transformers_settings(variant)
+        return {
+            "generateKwargs": {"do_sample": False, **settings.generation},
+            "assistantGenerationConfig": assistant_config(variant) if settings.assistant_config_on else None,
+            "appliesTo": {"draft": "assistant_model", "target": "target_model", None: None}[
+                settings.assistant_config_on
+            ],
+            "note": f"Speculative method {self.name}.",
+        }
+
+    def serving_vllm(self, variant: Variant, draft_path: str | None) -> dict[str, Any]:
+        return unsupported_vllm(f"vLLM has no equivalent of the {self.name} method.")
+
+    def serving_sglang(self, variant: Variant, draft_path: str | None) -> dict[str, Any]:
+        return {"supported": False, "args": [], "note": f"SGLang has no equivalent of the {self.name} method."}
+
+
+_PLACEHOLDERS = {"lookahead": "<K>", "ngram_max": "<N>", "exit_layer": "<L>", "draft": "<name>"}
+
+
+@functools.cache
+def _name_regex(name_format: str) -> re.Pattern[str]:
+    """`ngram-n{ngram_max}-k{lookahead}` -> `ngram\\-n(?P<ngram_max>\\d+)\\-k(?P<lookahead>\\d+)`."""
+    pattern = ""
+    for literal, field_name, _, _ in string.Formatter().parse(name_format):
+        pattern += re.escape(literal)
+        if field_name:
+            pattern += f"(?P<{field_name}>.+)" if field_name == "draft" else f"(?P<{field_name}>\\d+)"
+    return re.compile(pattern)
+
+
+def require_lookahead(method: str, options: MethodOptions) -> int:
+    if options.lookahead is None:
+        raise UserInputError(f"--lookahead is required for --method {method}")
+    if options.lookahead < 1:
+        raise UserInputError(f"--lookahead {options.lookahead}: must be >= 1")
+    return options.lookahead
+
+
+def assistant_config(variant: Variant) -> dict[str, Any]:
+    """The three settings transformers reads from the assistant's generation_config (constant lookahead)."""
+    return {
+        "num_assistant_tokens": variant.lookahead,
+        "num_assistant_tokens_schedule": "constant",
+        "assistant_confidence_threshold": variant.confidence_threshold,
+    }
+
+
+def unsupported_vllm(note: str) -> dict[str, Any]:
+    return {"supported": False, "speculativeConfig": None, "args": [], "note": note}
+
+
+def vllm_speculative(config: dict[str, Any], note: str) -> dict[str, Any]:
+    """The manifest's vLLM block for a `--speculative-config` JSON."""
+    import json
+
+    return {
+        "supported": True,
+        "speculativeConfig": config,
+        "args": ["--speculative-config", json.dumps(config, separators=(",", ":"))],
+        "note": note,
+    }
