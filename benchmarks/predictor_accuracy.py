@@ -120,8 +120,8 @@ def main() -> int:
     # Measure the cost model once, outside both timings, so neither strategy pays for it (it is cached).
     import torch
 
+    from runinfra_opt.engine.hf_cost import measure_costs
     from runinfra_opt.models import load_model
-    from runinfra_opt.optimize.measure_cost import measure_costs
 
     torch.set_num_threads(args.threads)
     start = time.perf_counter()

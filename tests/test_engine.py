@@ -218,3 +218,19 @@ def test_tokenizer_mismatch_allowed_runs_universal_assisted_generation(
     assert compare_to_baseline(record, base).lossless
     assert record.draft_passes > 0
     engine.close()
+
+
+def test_prompt_tokenizer_without_weights_tokenizes_as_the_engine(
+    engine: HFEngine, tiny_models: tuple[Path, Path]
+) -> None:
+    from runinfra_opt.engine.prompts import PromptTokenizer
+
+    prompts = PromptTokenizer.load(str(tiny_models[0]))
+    for request in (CHAT, PROMPT):
+        assert prompts.prompt_ids(request) == engine.prompt_ids(request)
+    assert prompts.eos_token_ids == engine.eos_token_ids
+    assert prompts.context_length == engine.prompts.context_length == 4096
+    long = Request(id="long-1", line=9, prompt="x" * 4100)
+    assert "exceeds the target's context of 4096 tokens" in (prompts.too_long(long, 8) or "")
+    with pytest.raises(UserInputError, match=r"data.jsonl:9: request long-1"):
+        prompts.filter_requests([PROMPT, long], max_tokens=8, source="data.jsonl")

@@ -7,12 +7,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from runinfra_opt.models import load_model
-from runinfra_opt.optimize.profile import (
+from runinfra_opt.engine.hf_profile import (
     acceptance_probabilities,
     early_exit_agreement,
     teacher_forced_agreement,
 )
+from runinfra_opt.models import load_model
 
 
 @pytest.fixture(scope="module")

@@ -6,8 +6,8 @@ from collections import defaultdict
 from typing import Any
 
 from runinfra_opt.distill.data import TeacherData
+from runinfra_opt.engine.hf_profile import teacher_forced_agreement
 from runinfra_opt.methods.simulation import simulate_draft
-from runinfra_opt.optimize.profile import teacher_forced_agreement
 
 
 def heldout_acceptance(draft: Any, data: TeacherData, indices: list[int], lookahead: int) -> dict[str, Any]:

@@ -101,20 +101,22 @@ def distill(config: DistillConfig, progress: DistillProgress | None = None, *, f
     from runinfra_opt.distill.evaluate import cost_ratio, heldout_acceptance
     from runinfra_opt.distill.split import holdout_split
     from runinfra_opt.distill.train import make_draft, make_examples, save_draft, train, use_autocast
-    from runinfra_opt.engine.hf import HFEngine
+    from runinfra_opt.engine.prompts import PromptTokenizer
 
     started = time.perf_counter()
     target = load_model(config.target, device=config.device, dtype=config.dtype)
-    engine = HFEngine(target, threads=config.threads)  # sets the thread count; tokenizes as bench/optimize do
+    if config.threads is not None:
+        torch.set_num_threads(config.threads)
+    prompts = PromptTokenizer.for_model(target.model, target.tokenizer, label=target.name)  # as the engines do
     # A request that does not fit the target's context is an input error naming its line.
-    engine.filter_requests(workload.requests, max_tokens=config.max_tokens, source=workload.path)
+    prompts.filter_requests(workload.requests, max_tokens=config.max_tokens, source=workload.path)
     train_idx, held_idx = holdout_split(workload.requests, config.holdout)
     if not train_idx:
         raise UserInputError(f"workload {workload.name}: no requests left for training after the held-out split")
     data = build_teacher_data(
         target,
         workload,
-        engine.prompt_ids,
+        prompts.prompt_ids,
         max_tokens=config.max_tokens,
         top_k=config.top_k,
         progress=progress.stage,

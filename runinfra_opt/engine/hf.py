@@ -30,6 +30,7 @@ from transformers import GenerationConfig
 from transformers.generation.streamers import BaseStreamer
 
 from runinfra_opt import __version__
+from runinfra_opt.engine.prompts import PromptTokenizer
 from runinfra_opt.engine.protocol import RequestRecord
 from runinfra_opt.errors import UserInputError
 from runinfra_opt.methods import Variant, get_method
@@ -190,87 +191,34 @@ class HFEngine:
         for draft in self.drafts.values():
             self._counter.add_draft(draft.model)
         self._environment: dict[str, Any] | None = None
-        self._prompt_cache: dict[Request, list[int]] = {}
-        eos = target.model.generation_config.eos_token_id
-        if eos is None:
-            eos = target.tokenizer.eos_token_id
-        self._eos: list[int] = [] if eos is None else ([int(eos)] if isinstance(eos, int) else [int(e) for e in eos])
+        self.prompts = PromptTokenizer.for_model(
+            target.model, target.tokenizer, label=_tokenizer_name(target), skip_too_long=skip_too_long
+        )
+        self._eos = self.prompts.eos_token_ids
         pad = target.model.generation_config.pad_token_id
         if pad is None:
             pad = target.tokenizer.pad_token_id
         self._pad = pad if pad is not None else (self._eos[0] if self._eos else 0)
 
-    # ---- inputs ----------------------------------------------------------------------------------------------
+    # ---- inputs (see engine.prompts) -------------------------------------------------------------------------
 
     @property
     def eos_token_ids(self) -> list[int]:
         return list(self._eos)
 
-    @property
-    def context_length(self) -> int | None:
-        """The target's maximum sequence length (prompt + output), when its config states one."""
-        value = getattr(self.target.model.config, "max_position_embeddings", None)
-        return int(value) if value else None
-
     def prompt_ids(self, request: Request) -> list[int]:
-        """Token ids of the request's prompt: chat requests through the target's chat template (with the
-        generation prompt), prompt requests tokenized as they are."""
-        cached = self._prompt_cache.get(request)
-        if cached is not None:
-            return cached
-        tok = self.target.tokenizer
-        if request.messages is not None:
-            if not getattr(tok, "chat_template", None):
-                raise UserInputError(
-                    f"line {request.line}: request {request.id}: a chat request, but the target's tokenizer "
-                    f"{_tokenizer_name(self.target)} has no chat template"
-                )
-            messages = [{"role": m.role, "content": m.content} for m in request.messages]
-            encoded: Any = tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
-            # transformers 5 returns a BatchEncoding here; older versions a plain list of ids.
-            raw = encoded if isinstance(encoded, list) else encoded["input_ids"]
-            ids = [int(i) for i in (raw.tolist() if hasattr(raw, "tolist") else raw)]
-        else:
-            ids = [int(i) for i in tok(request.prompt or "")["input_ids"]]
-        if not ids:
-            raise UserInputError(f"line {request.line}: request {request.id}: the prompt tokenizes to nothing")
-        self._prompt_cache[request] = ids
-        return ids
+        return self.prompts.prompt_ids(request)
 
     def max_new_tokens(self, request: Request, max_tokens: int) -> int:
-        """The request's own `max_tokens` when it has one, capped at `max_tokens`."""
-        return min(request.max_tokens, max_tokens) if request.max_tokens else max_tokens
+        return self.prompts.max_new_tokens(request, max_tokens)
 
     def too_long(self, request: Request, max_tokens: int) -> str | None:
-        """Why the request does not fit the target's context (prompt + max new tokens), or None when it fits."""
-        limit = self.context_length
-        if limit is None:
-            return None
-        prompt = len(self.prompt_ids(request))
-        new = self.max_new_tokens(request, max_tokens)
-        if prompt + new > limit:
-            return (
-                f"request {request.id}: prompt ({prompt} tokens) + max_tokens ({new}) exceeds the target's context "
-                f"of {limit} tokens"
-            )
-        return None
+        return self.prompts.too_long(request, max_tokens)
 
     def filter_requests(
         self, requests: Sequence[Request], *, max_tokens: int, source: str = "workload"
     ) -> tuple[list[Request], list[Request]]:
-        """Split requests into (fitting, too long). Too-long requests raise UserInputError naming
-        `source:line`, unless the engine was built with `skip_too_long`."""
-        kept: list[Request] = []
-        skipped: list[Request] = []
-        for request in requests:
-            problem = self.too_long(request, max_tokens)
-            if problem is None:
-                kept.append(request)
-            elif self.skip_too_long:
-                skipped.append(request)
-            else:
-                raise UserInputError(f"{source}:{request.line}: {problem} (or pass --skip-too-long)")
-        return kept, skipped
+        return self.prompts.filter_requests(requests, max_tokens=max_tokens, source=source)
 
     # ---- generation ------------------------------------------------------------------------------------------
 

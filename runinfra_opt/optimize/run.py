@@ -451,8 +451,8 @@ def _exit_layers(space: Sequence[Variant]) -> list[int]:
 
 
 def _cost(state: _State) -> None:
+    from runinfra_opt.engine.hf_cost import measure_costs, planned_steps
     from runinfra_opt.optimize.costmodel import CostModel, fit_cost_model
-    from runinfra_opt.optimize.measure_cost import measure_costs, planned_steps
 
     results = state.results
     if results.cost_model.get("fitted"):
@@ -506,8 +506,8 @@ def _baseline_prediction_error(state: _State) -> float | None:
 
 
 def _check_cost(state: _State) -> None:
+    from runinfra_opt.engine.hf_cost import measure_costs
     from runinfra_opt.optimize.costmodel import fit_cost_model
-    from runinfra_opt.optimize.measure_cost import measure_costs
 
     results = state.results
     if results.cost_model.get("checked"):
@@ -654,7 +654,7 @@ def _sequences(state: _State, requests: Sequence[Request]) -> list[tuple[list[in
 
 
 def _profile(state: _State) -> None:
-    from runinfra_opt.optimize.profile import acceptance_probabilities, early_exit_agreement, teacher_forced_agreement
+    from runinfra_opt.engine.hf_profile import acceptance_probabilities, early_exit_agreement, teacher_forced_agreement
 
     assert state.target is not None
     results = state.results

@@ -1,9 +1,9 @@
-"""Teacher-forced profiling: does a draft (or an early exit of the target) agree with the target, position by
-position, over the target's own output?
+"""The transformers engine's profiling capability, teacher-forced: does a draft (or an early exit of the
+target) agree with the target, position by position, over the target's own output?
 
 Under greedy decoding a drafted token is accepted only if it equals the target's next token, so one forward
 pass of the draft over `prompt + target_output` tells, for every position, whether the draft would have
-proposed the right token given the target's prefix. The simulator (`optimize.simulate`) turns those flags
+proposed the right token given the target's prefix. The simulator (`methods.simulation`) turns those flags
 into target/draft pass counts for every lookahead without generating again.
 
 Early exit at layer L behaves like a draft made of the target's first L layers + the final norm + lm_head:

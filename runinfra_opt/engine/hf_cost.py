@@ -1,4 +1,5 @@
-"""Measure what a forward pass costs on this device, for the cost model that predicts each variant's time.
+"""The transformers engine's cost-table capability: what a forward pass costs on this device, for the cost
+model that predicts each variant's time.
 
 For the target: a forward over k = 1..17 new tokens with a KV cache already holding `context` tokens
 (verification of k-1 drafted tokens + 1), at two context lengths, and a prefill at several prompt lengths.
