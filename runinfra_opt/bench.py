@@ -2,8 +2,8 @@
 aggregate the raw records.
 
 `run_variants` is engine-agnostic (anything implementing `Engine` plus `warmup`); `run_bench` loads the
-workload and the models and builds the in-process transformers engine. `compare_to_baseline` is the
-losslessness rule the optimizer shares.
+workload and the models and builds the in-process transformers engine. Losslessness is checked with
+`runinfra_opt.records.compare_to_baseline`, the rule the optimizer shares.
 """
 
 from __future__ import annotations
@@ -12,8 +12,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
-from runinfra_opt.engine.protocol import Engine, RequestRecord
+from runinfra_opt.engine.protocol import Engine
 from runinfra_opt.errors import UserInputError
+from runinfra_opt.records import RequestRecord, compare_to_baseline
 from runinfra_opt.results import Interval, Summary
 from runinfra_opt.stats import speedup, summarize
 from runinfra_opt.variants import BASELINE, Variant
@@ -31,26 +32,6 @@ ProgressCallback = Callable[[int, int, str], None]
 
 class WarmableEngine(Engine, Protocol):
     def warmup(self, request: Request, variant: Variant) -> None: ...
-
-
-def compare_to_baseline(record: RequestRecord, baseline_record: RequestRecord) -> RequestRecord:
-    """Fill `record.lossless` / `record.first_mismatch` against the baseline's output for the same request.
-
-    Only greedy requests are compared (sampled outputs legitimately differ: lossless stays None). The first
-    mismatch is the first differing position, or the shorter length when one output is a prefix of the other.
-    """
-    if record.request_id != baseline_record.request_id:
-        raise ValueError(f"comparing request {record.request_id} with baseline of {baseline_record.request_id}")
-    if not (record.greedy and baseline_record.greedy):
-        record.lossless, record.first_mismatch = None, None
-        return record
-    ours, theirs = record.output_ids, baseline_record.output_ids
-    if ours == theirs:
-        record.lossless, record.first_mismatch = True, None
-        return record
-    first = next((i for i, (a, b) in enumerate(zip(ours, theirs, strict=False)) if a != b), min(len(ours), len(theirs)))
-    record.lossless, record.first_mismatch = False, first
-    return record
 
 
 def run_variants(

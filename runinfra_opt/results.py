@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from runinfra_opt.errors import UserInputError
 from runinfra_opt.fsutil import atomic_write_text
+from runinfra_opt.records import RequestRecord
 
 SCHEMA_VERSION = 1
 
@@ -57,27 +58,6 @@ class WorkloadInfo(_Model):
     """Why and how requests were subsampled, when they were."""
 
 
-class RequestResult(_Model):
-    """One request under one variant: raw measured values (one per repeat) or predicted values."""
-
-    request_id: str
-    category: str
-    greedy: bool = True
-    repeat: int = 0
-    prompt_tokens: int
-    output_tokens: int
-    ttft_s: float
-    e2e_s: float
-    tpot_s: float | None = None
-    target_passes: int
-    draft_passes: int = 0
-    drafted_tokens: int = 0
-    accepted_tokens: int = 0
-    accepted_per_pass: list[int] = Field(default_factory=list)
-    lossless: bool | None = None
-    first_mismatch: int | None = None
-
-
 class Summary(_Model):
     """Aggregate figures for one variant, from its per-request values."""
 
@@ -105,9 +85,9 @@ class VariantResult(_Model):
     variant: dict[str, Any]
     """Variant.to_dict()."""
     predicted: Summary | None = None
-    predicted_requests: list[RequestResult] = Field(default_factory=list)
+    predicted_requests: list[RequestRecord] = Field(default_factory=list)
     measured: Summary | None = None
-    measured_requests: list[RequestResult] = Field(default_factory=list)
+    measured_requests: list[RequestRecord] = Field(default_factory=list)
     per_category: dict[str, Summary] = Field(default_factory=dict)
     """Measured (or, where not measured, predicted) summary per workload category."""
     disqualified: str | None = None

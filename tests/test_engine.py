@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from runinfra_opt.bench import compare_to_baseline
 from runinfra_opt.engine.hf import HFEngine, check_same_vocabulary
 from runinfra_opt.errors import UserInputError
 from runinfra_opt.models import LoadedModel, load_model
+from runinfra_opt.records import compare_to_baseline
 from runinfra_opt.variants import BASELINE, Variant
 from runinfra_opt.workload.model import Message, Request
 

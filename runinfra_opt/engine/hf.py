@@ -30,9 +30,9 @@ from transformers import GenerationConfig
 from transformers.generation.streamers import BaseStreamer
 
 from runinfra_opt import __version__
-from runinfra_opt.engine.protocol import RequestRecord
 from runinfra_opt.errors import UserInputError
 from runinfra_opt.models import LoadedModel
+from runinfra_opt.records import RequestRecord
 from runinfra_opt.variants import Variant
 from runinfra_opt.workload.model import Request
 
@@ -391,6 +391,7 @@ class HFEngine:
             greedy=request.greedy,
             prompt_tokens=len(prompt),
             output_ids=output_ids,
+            output_tokens=len(output_ids),
             ttft_s=first - start,
             e2e_s=end - start,
             target_passes=len(passes),

@@ -30,15 +30,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from runinfra_opt import __version__
-from runinfra_opt.engine.protocol import RequestRecord
 from runinfra_opt.errors import UserInputError
 from runinfra_opt.optimize.config import OptimizeConfig
 from runinfra_opt.optimize.plan import plan_requests, replan_confirmation
 from runinfra_opt.optimize.space import build_space, default_exit_layers
+from runinfra_opt.records import RequestRecord, compare_to_baseline
 from runinfra_opt.results import (
     ModelInfo,
     QueueSimulation,
-    RequestResult,
     RunResults,
     VariantResult,
     WorkloadInfo,
@@ -137,52 +136,6 @@ def resolve_run(spec: str, runs_root: Path) -> Path:
 
 
 # ---- conversions --------------------------------------------------------------------------------------------
-
-
-def record_to_result(record: RequestRecord, *, keep_ids: bool = True) -> RequestResult:
-    """A measured engine record as stored in results.json (output ids kept for losslessness checks)."""
-    data: dict[str, Any] = {
-        "request_id": record.request_id,
-        "category": record.category,
-        "greedy": record.greedy,
-        "repeat": record.repeat,
-        "prompt_tokens": record.prompt_tokens,
-        "output_tokens": record.output_tokens,
-        "ttft_s": record.ttft_s,
-        "e2e_s": record.e2e_s,
-        "tpot_s": record.tpot_s,
-        "target_passes": record.target_passes,
-        "draft_passes": record.draft_passes,
-        "drafted_tokens": record.drafted_tokens,
-        "accepted_tokens": record.accepted_tokens,
-        "accepted_per_pass": list(record.accepted_per_pass),
-        "lossless": record.lossless,
-        "first_mismatch": record.first_mismatch,
-    }
-    if keep_ids:
-        data["output_ids"] = list(record.output_ids)
-    return RequestResult.model_validate(data)
-
-
-def result_to_record(result: RequestResult, variant: str) -> RequestRecord:
-    extra = result.model_extra or {}
-    return RequestRecord(
-        request_id=result.request_id,
-        variant=variant,
-        category=result.category,
-        greedy=result.greedy,
-        prompt_tokens=result.prompt_tokens,
-        output_ids=[int(i) for i in extra.get("output_ids", [])],
-        ttft_s=result.ttft_s,
-        e2e_s=result.e2e_s,
-        target_passes=result.target_passes,
-        draft_passes=result.draft_passes,
-        accepted_per_pass=list(result.accepted_per_pass),
-        drafted_tokens=result.drafted_tokens,
-        repeat=result.repeat,
-        lossless=result.lossless,
-        first_mismatch=result.first_mismatch,
-    )
 
 
 def _flags(bits: str) -> list[bool]:
@@ -618,8 +571,8 @@ def _plan(state: _State) -> None:
 # ---- phase 4: baseline --------------------------------------------------------------------------------------
 
 
-def _baseline_records(results: RunResults) -> dict[str, RequestResult]:
-    return {r["request_id"]: RequestResult.model_validate(r) for r in results.profile.get("baseline", [])}
+def _baseline_records(results: RunResults) -> dict[str, RequestRecord]:
+    return {r["request_id"]: RequestRecord.model_validate(r) for r in results.profile.get("baseline", [])}
 
 
 def _baseline(state: _State) -> None:
@@ -635,7 +588,7 @@ def _baseline(state: _State) -> None:
     stored = results.profile.setdefault("baseline", [])
     for request in todo:
         record = engine.generate(request, BASELINE, max_tokens=state.max_tokens)
-        stored.append(record_to_result(record).model_dump())
+        stored.append(record.model_dump())
         state.save()
         state.reporter.advance(request.id)
     state.reporter.end_phase()
@@ -649,8 +602,7 @@ def _sequences(state: _State, requests: Sequence[Request]) -> list[tuple[list[in
     base = _baseline_records(state.results)
     out = []
     for r in requests:
-        ids = (base[r.id].model_extra or {}).get("output_ids", [])
-        out.append((state.engine.prompt_ids(r), [int(i) for i in ids]))
+        out.append((state.engine.prompt_ids(r), list(base[r.id].output_ids or [])))
     return out
 
 
@@ -740,12 +692,12 @@ def _calibrate(state: _State) -> None:
         for request in todo:
             record = state.engine.generate(request, variant, max_tokens=cap)
             stored.append(
-                {"variant": variant.name, "max_tokens": cap, **record_to_result(record, keep_ids=False).model_dump()}
+                {"variant": variant.name, "max_tokens": cap, **record.model_dump(exclude={"output_ids"})}
             )
             state.save()
 
 
-def _fit_overheads(state: _State, baseline: Sequence[RequestResult]) -> CostModel:
+def _fit_overheads(state: _State, baseline: Sequence[RequestRecord]) -> CostModel:
     """The measured cost model with generate-loop overheads fitted to `baseline` (measured baseline requests)
     and the per-round overheads to the calibration runs. `state.cost` itself stays the raw measured model."""
     from runinfra_opt.optimize.costmodel import Observation, calibrate_overheads, calibrate_round_overhead
@@ -789,7 +741,7 @@ def _simulate(
         return None
     prompt = state.engine.prompt_ids(request)
     cap = state.engine.max_new_tokens(request, min(max_tokens or state.max_tokens, state.max_tokens))
-    output = [int(i) for i in (base.model_extra or {}).get("output_ids", [])][:cap]
+    output = list(base.output_ids or [])[:cap]
     max_length = len(prompt) + cap
     if variant.method == "baseline":
         return simulate_baseline(len(output))
@@ -813,7 +765,7 @@ def _simulate(
 
 def _predicted_result(
     request: Request, sim: SimResult | ExpectedSimResult, prompt_len: int, ttft: float, e2e: float
-) -> RequestResult:
+) -> RequestRecord:
     from runinfra_opt.optimize.simulate import SimResult
 
     n = int(sim.output_tokens)
@@ -823,7 +775,7 @@ def _predicted_result(
     else:
         target, draft, drafted = round(sim.target_passes), round(sim.draft_passes), round(sim.drafted)
         accepted, per_pass = round(sim.accepted), []
-    return RequestResult(
+    return RequestRecord(
         request_id=request.id,
         category=request.category,
         greedy=request.greedy,
@@ -847,7 +799,7 @@ def _predict(state: _State, *, after_confirm: bool = False) -> None:
     stretch of time (a burst of load during the single profiling pass does not skew the comparison). No
     speculative measurement of the confirmation enters either fit."""
     from runinfra_opt.optimize.costmodel import predict_request
-    from runinfra_opt.optimize.stats import summarize
+    from runinfra_opt.stats import summarize_with_intervals as summarize
 
     assert state.engine is not None
     results = state.results
@@ -863,7 +815,7 @@ def _predict(state: _State, *, after_confirm: bool = False) -> None:
     else:
         cost = _fit_overheads(state, list(_baseline_records(results).values()))
         results.cost_model["calibrated"] = cost.to_dict()
-    predicted: dict[str, list[RequestResult]] = {}
+    predicted: dict[str, list[RequestRecord]] = {}
     for variant in state.space:
         rows = []
         for request in state.requests:
@@ -977,14 +929,14 @@ def _confirm_variants(state: _State) -> list[Variant]:
 
 
 def _confirm(state: _State) -> None:
-    from runinfra_opt.bench import compare_to_baseline
-    from runinfra_opt.optimize.stats import summarize, summarize_by_category
+    from runinfra_opt.stats import summarize_by_category
+    from runinfra_opt.stats import summarize_with_intervals as summarize
 
     assert state.engine is not None
     engine, results = state.engine, state.results
     variants = _confirm_variants(state)
     repeats = int(results.config["plan"]["repeats"])
-    reference = {rid: result_to_record(r, BASELINE.name) for rid, r in _baseline_records(results).items()}
+    reference = _baseline_records(results)
     done = {
         (vr.name, r.request_id, r.repeat)
         for vr in (state.variant_result(v) for v in variants)
@@ -1006,7 +958,7 @@ def _confirm(state: _State) -> None:
                 record = engine.generate(request, variant, max_tokens=state.max_tokens, repeat=repeat)
                 if request.id in reference:
                     compare_to_baseline(record, reference[request.id])
-                state.variant_result(variant).measured_requests.append(record_to_result(record))
+                state.variant_result(variant).measured_requests.append(record)
                 changed = True
                 state.reporter.advance(f"{request.id} {variant.name}")
             if changed:
