@@ -176,7 +176,7 @@ class BenchResult:
     skipped: list[str] = field(default_factory=list)
     """Ids of requests skipped as too long for the target's context."""
     seen_by_draft: list[str] = field(default_factory=list)
-    """Ids of requests left out because the draft was distilled on them (see `optimize.drafts`)."""
+    """Ids of requests left out because the draft was distilled on them (see `runinfra_opt.drafts`)."""
 
     @property
     def lossless(self) -> bool | None:
@@ -220,8 +220,8 @@ def run_bench(
     workload: Workload | None = None,
 ) -> BenchResult:
     """Load the workload and models, run the variant (and the baseline with `vs_baseline`), summarize."""
+    from runinfra_opt.drafts import measurable_requests
     from runinfra_opt.engine.hf import open_engine
-    from runinfra_opt.optimize.drafts import measurable_requests
 
     if config.requests is not None and config.requests < 1:
         raise UserInputError(f"--requests {config.requests}: must be >= 1")

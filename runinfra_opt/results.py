@@ -17,7 +17,9 @@ from runinfra_opt.errors import UserInputError
 from runinfra_opt.fsutil import atomic_write_text
 from runinfra_opt.records import RequestRecord
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+"""2: the plan, the search space and the finished phases are fields of their own (1 kept them in `config`);
+`--resume` needs 2, `report` reads both."""
 
 
 class _Model(BaseModel):
@@ -131,6 +133,20 @@ class Decision(_Model):
     """`<variant>: <why>` for every variant whose greedy output differs from the baseline's."""
 
 
+class Plan(_Model):
+    """What the run measures, fixed once planned so that a resume measures the same."""
+
+    request_ids: list[str]
+    """The planned requests (after subsampling), in file order."""
+    repeats: int
+    """Timed repeats per request in confirmation."""
+    estimate_s: float
+    budget_s: float
+    max_tokens: int
+    confirm: list[str] | None = None
+    """The variants confirmation times (the baseline first), fixed when confirmation starts."""
+
+
 class RunResults(_Model):
     schema_version: int = SCHEMA_VERSION
     tool: str = "runinfra-opt"
@@ -140,9 +156,14 @@ class RunResults(_Model):
     """UTC ISO-8601."""
     status: Literal["running", "complete", "failed", "no_feasible"] = "running"
     phase: str = "start"
-    """Last phase finished: start, baseline, profile, predict, confirm, decide."""
+    """Last phase finished (`start` before the first; see `optimize.pipeline.PHASES`)."""
+    phases_done: list[str] = Field(default_factory=list)
+    """Every phase finished, in order: `--resume` skips them (and the trials already recorded in the others)."""
     config: dict[str, Any] = Field(default_factory=dict)
-    """Priority, constraints, strategy, budget, search space: everything needed to resume."""
+    """`OptimizeConfig.to_dict()`: what the run was asked to measure and how to pick (a resume keeps it)."""
+    space: list[str] = Field(default_factory=list)
+    """Every variant considered, by name."""
+    plan: Plan | None = None
     environment: dict[str, Any] = Field(default_factory=dict)
     workload: WorkloadInfo | None = None
     target: ModelInfo | None = None

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field, fields, replace
+from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -112,8 +112,8 @@ class OptimizeConfig:
     run_dir: str | None = None
     out: str = "runinfra-manifest.yaml"
     runs_root: str = str(DEFAULT_RUNS_ROOT)
-    extra: dict[str, Any] = field(default_factory=dict, compare=False)
-    """Test and benchmark knobs that are not CLI options (recorded, never required)."""
+    quick_cost: bool = False
+    """Measure the cost model on fewer sizes (for tests and benchmarks on tiny models; not a CLI option)."""
 
     def __post_init__(self) -> None:
         if self.priority not in ("throughput", "ttft"):
