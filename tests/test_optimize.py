@@ -96,7 +96,8 @@ def test_optimize_end_to_end_writes_results_and_manifest(
     assert results.status == "complete"
     assert results.phase == "write"
     assert results.phases_done == [phase.name for phase in PHASES]
-    assert results.plan is not None and results.plan.confirm is not None
+    assert results.plan is not None
+    assert results.plan.confirm is not None
     assert len(results.plan.request_ids) == len(TINY_WORKLOAD)
     names = {v.name for v in results.variants}
     assert names == {"baseline", "ngram-n2-k2", "early_exit-l2-k2", "draft:tiny-draft-k2"}
