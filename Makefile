@@ -39,6 +39,7 @@ browser:
 test: install browser
 	$(BIN)/ruff check .
 	$(BIN)/mypy
+	$(BIN)/lint-imports --no-cache
 	$(BIN)/python -m pytest -q
 
 clean:

@@ -50,16 +50,16 @@ def main(argv: list[str] | None = None) -> int:
     engine = HFEngine(target, threads=args.threads)
     model = target.model
     sync = target.device.startswith("cuda")
-    prompts = {r.id: engine.prompt_ids(r) for r in requests}
-    limits = {r.id: engine.max_new_tokens(r, args.max_tokens) for r in requests}
+    prompts = {r.id: engine.prompts.prompt_ids(r) for r in requests}
+    limits = {r.id: engine.prompts.max_new_tokens(r, args.max_tokens) for r in requests}
 
     def bare(request_id: str) -> tuple[int, float, list[int]]:
         ids = torch.tensor([prompts[request_id]], device=target.device)
         config = GenerationConfig(
             max_new_tokens=limits[request_id],
             do_sample=False,
-            eos_token_id=engine.eos_token_ids,
-            pad_token_id=engine.eos_token_ids[0],
+            eos_token_id=engine.prompts.eos_token_ids,
+            pad_token_id=engine.prompts.eos_token_ids[0],
         )
         if sync:
             torch.cuda.synchronize()

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from runinfra_opt.optimize.config import OptimizeConfig
-from runinfra_opt.optimize.run import run_optimize
+from runinfra_opt.optimize.pipeline import run_optimize
 from runinfra_opt.results import RunResults
 
 SPACE: dict[str, Any] = {

@@ -2,20 +2,21 @@
 aggregate the raw records.
 
 `run_variants` is engine-agnostic (anything implementing `Engine` plus `warmup`); `run_bench` loads the
-workload and the models and builds the in-process transformers engine. `compare_to_baseline` is the
-losslessness rule the optimizer shares.
+workload and the models and builds the in-process transformers engine. Losslessness is checked with
+`runinfra_opt.records.compare_to_baseline`, the rule the optimizer shares.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
-from runinfra_opt.engine.protocol import Engine, RequestRecord
+from runinfra_opt.engine.protocol import Engine
 from runinfra_opt.errors import UserInputError
 from runinfra_opt.methods import BASELINE, Variant, get_method
 from runinfra_opt.methods.base import MethodOptions
+from runinfra_opt.records import RequestRecord, compare_to_baseline
 from runinfra_opt.results import Interval, Summary
 from runinfra_opt.stats import speedup, summarize
 from runinfra_opt.workload.model import Request, Workload
@@ -30,32 +31,8 @@ ProgressCallback = Callable[[int, int, str], None]
 """Called after each generation with (done, total, label)."""
 
 
-class WarmableEngine(Engine, Protocol):
-    def warmup(self, request: Request, variant: Variant) -> None: ...
-
-
-def compare_to_baseline(record: RequestRecord, baseline_record: RequestRecord) -> RequestRecord:
-    """Fill `record.lossless` / `record.first_mismatch` against the baseline's output for the same request.
-
-    Only greedy requests are compared (sampled outputs legitimately differ: lossless stays None). The first
-    mismatch is the first differing position, or the shorter length when one output is a prefix of the other.
-    """
-    if record.request_id != baseline_record.request_id:
-        raise ValueError(f"comparing request {record.request_id} with baseline of {baseline_record.request_id}")
-    if not (record.greedy and baseline_record.greedy):
-        record.lossless, record.first_mismatch = None, None
-        return record
-    ours, theirs = record.output_ids, baseline_record.output_ids
-    if ours == theirs:
-        record.lossless, record.first_mismatch = True, None
-        return record
-    first = next((i for i, (a, b) in enumerate(zip(ours, theirs, strict=False)) if a != b), min(len(ours), len(theirs)))
-    record.lossless, record.first_mismatch = False, first
-    return record
-
-
 def run_variants(
-    engine: WarmableEngine,
+    engine: Engine,
     requests: Sequence[Request],
     variants: Sequence[Variant],
     *,
@@ -127,6 +104,7 @@ class BenchConfig:
     workload: str = "mixed"
     target: str = "default"
     draft: str | None = None
+    engine: str = "transformers"
     requests: int | None = None
     repeat: int = 1
     vs_baseline: bool = False
@@ -175,7 +153,7 @@ class BenchResult:
     skipped: list[str] = field(default_factory=list)
     """Ids of requests skipped as too long for the target's context."""
     seen_by_draft: list[str] = field(default_factory=list)
-    """Ids of requests left out because the draft was distilled on them (see `optimize.drafts`)."""
+    """Ids of requests left out because the draft was distilled on them (see `runinfra_opt.drafts`)."""
 
     @property
     def lossless(self) -> bool | None:
@@ -219,8 +197,8 @@ def run_bench(
     workload: Workload | None = None,
 ) -> BenchResult:
     """Load the workload and models, run the variant (and the baseline with `vs_baseline`), summarize."""
-    from runinfra_opt.engine.hf import open_engine
-    from runinfra_opt.optimize.drafts import measurable_requests
+    from runinfra_opt.drafts import measurable_requests
+    from runinfra_opt.engine import registry as engine_registry
 
     if config.requests is not None and config.requests < 1:
         raise UserInputError(f"--requests {config.requests}: must be >= 1")
@@ -231,9 +209,12 @@ def run_bench(
     if workload is None:
         workload = load_workload_spec(config.workload, max_tokens=config.max_tokens)
     requests = list(workload.requests[: config.requests] if config.requests else workload.requests)
-    engine = open_engine(
+    draft_specs = [config.draft] if config.draft is not None else []
+    engine_registry.check(config.engine)
+    engine = engine_registry.open_engine(
+        config.engine,
         config.target,
-        [config.draft] if config.draft is not None else [],
+        draft_specs,
         device=config.device,
         dtype=config.dtype,
         threads=config.threads,
@@ -242,8 +223,10 @@ def run_bench(
     )
     try:
         measurable = measurable_requests(
-            engine, requests, max_tokens=config.max_tokens, source=workload.path, drafts=list(engine.drafts)
+            engine.prompts, requests, max_tokens=config.max_tokens, source=workload.path, drafts=draft_specs
         )
+        if (reason := engine.supports(config.variant)) is not None:
+            raise UserInputError(f"the {engine.name} engine cannot run {config.variant.name}: {reason}")
         kept, skipped = measurable.requests, measurable.too_long
         variants = [config.variant]
         if config.vs_baseline and config.variant.is_speculative:

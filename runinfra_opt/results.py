@@ -15,8 +15,11 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from runinfra_opt.errors import UserInputError
 from runinfra_opt.fsutil import atomic_write_text
+from runinfra_opt.records import RequestRecord
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+"""2: the plan, the search space and the finished phases are fields of their own (1 kept them in `config`);
+`--resume` needs 2, `report` reads both."""
 
 
 class _Model(BaseModel):
@@ -57,27 +60,6 @@ class WorkloadInfo(_Model):
     """Why and how requests were subsampled, when they were."""
 
 
-class RequestResult(_Model):
-    """One request under one variant: raw measured values (one per repeat) or predicted values."""
-
-    request_id: str
-    category: str
-    greedy: bool = True
-    repeat: int = 0
-    prompt_tokens: int
-    output_tokens: int
-    ttft_s: float
-    e2e_s: float
-    tpot_s: float | None = None
-    target_passes: int
-    draft_passes: int = 0
-    drafted_tokens: int = 0
-    accepted_tokens: int = 0
-    accepted_per_pass: list[int] = Field(default_factory=list)
-    lossless: bool | None = None
-    first_mismatch: int | None = None
-
-
 class Summary(_Model):
     """Aggregate figures for one variant, from its per-request values."""
 
@@ -105,9 +87,9 @@ class VariantResult(_Model):
     variant: dict[str, Any]
     """Variant.to_dict()."""
     predicted: Summary | None = None
-    predicted_requests: list[RequestResult] = Field(default_factory=list)
+    predicted_requests: list[RequestRecord] = Field(default_factory=list)
     measured: Summary | None = None
-    measured_requests: list[RequestResult] = Field(default_factory=list)
+    measured_requests: list[RequestRecord] = Field(default_factory=list)
     per_category: dict[str, Summary] = Field(default_factory=dict)
     """Measured (or, where not measured, predicted) summary per workload category."""
     disqualified: str | None = None
@@ -151,6 +133,20 @@ class Decision(_Model):
     """`<variant>: <why>` for every variant whose greedy output differs from the baseline's."""
 
 
+class Plan(_Model):
+    """What the run measures, fixed once planned so that a resume measures the same."""
+
+    request_ids: list[str]
+    """The planned requests (after subsampling), in file order."""
+    repeats: int
+    """Timed repeats per request in confirmation."""
+    estimate_s: float
+    budget_s: float
+    max_tokens: int
+    confirm: list[str] | None = None
+    """The variants confirmation times (the baseline first), fixed when confirmation starts."""
+
+
 class RunResults(_Model):
     schema_version: int = SCHEMA_VERSION
     tool: str = "runinfra-opt"
@@ -160,9 +156,16 @@ class RunResults(_Model):
     """UTC ISO-8601."""
     status: Literal["running", "complete", "failed", "no_feasible"] = "running"
     phase: str = "start"
-    """Last phase finished: start, baseline, profile, predict, confirm, decide."""
+    """Last phase finished (`start` before the first; see `optimize.pipeline.PHASES`)."""
+    phases_done: list[str] = Field(default_factory=list)
+    """Every phase finished, in order: `--resume` skips them (and the trials already recorded in the others)."""
+    phases_skipped: dict[str, str] = Field(default_factory=dict)
+    """Phases the engine could not run (e.g. no profiling capability), each with why."""
     config: dict[str, Any] = Field(default_factory=dict)
-    """Priority, constraints, strategy, budget, search space: everything needed to resume."""
+    """`OptimizeConfig.to_dict()`: what the run was asked to measure and how to pick (a resume keeps it)."""
+    space: list[str] = Field(default_factory=list)
+    """Every variant considered, by name."""
+    plan: Plan | None = None
     environment: dict[str, Any] = Field(default_factory=dict)
     workload: WorkloadInfo | None = None
     target: ModelInfo | None = None

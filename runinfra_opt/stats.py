@@ -1,16 +1,22 @@
-"""Percentiles and summaries over raw per-request records (never averages of averages).
+"""Statistics over raw per-request records (never averages of averages): percentiles, pooled tokens/s, paired
+throughput and TTFT ratios with bootstrap intervals over requests x repeats, per-category summaries.
 
-Pure functions over `RequestRecord`s; numpy is imported inside the functions that need it.
+Pure functions over `RequestRecord`s (measured or predicted); numpy and scipy are imported inside the functions
+that need them. `summarize` is what `bench` prints; `summarize_with_intervals` adds what `optimize` decides on
+(the tokens/s interval and the median-over-repeats throughput ratio).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+import statistics
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
 
-from runinfra_opt.engine.protocol import RequestRecord
+from runinfra_opt.records import RequestRecord
 from runinfra_opt.results import Interval, Summary
 
 PERCENTILES: tuple[int, ...] = (50, 90, 95, 99)
+RESAMPLES = 2000
 
 
 def percentiles(values: Sequence[float], ps: Iterable[int] = PERCENTILES) -> dict[str, float]:
@@ -23,10 +29,19 @@ def percentiles(values: Sequence[float], ps: Iterable[int] = PERCENTILES) -> dic
     return {f"p{p}": float(np.percentile(arr, p)) for p in ps}
 
 
+def percentile(values: Sequence[float], which: str) -> float:
+    """`which` is p50/p90/p95/p99."""
+    return percentiles(values, [int(which.lstrip("p"))])[which]
+
+
 def tokens_per_s(records: Sequence[RequestRecord]) -> float:
     """Output tokens over summed end-to-end time: the workload's decode throughput at batch 1."""
     seconds = sum(r.e2e_s for r in records)
     return sum(r.output_tokens for r in records) / seconds if seconds > 0 else 0.0
+
+
+def ttft_at(records: Sequence[RequestRecord], which: str) -> float:
+    return percentile([r.ttft_s for r in records], which)
 
 
 def mean_accepted_per_pass(records: Sequence[RequestRecord]) -> float | None:
@@ -70,7 +85,7 @@ def summarize(records: Sequence[RequestRecord]) -> Summary:
 def paired(
     records: Sequence[RequestRecord], baseline: Sequence[RequestRecord]
 ) -> list[tuple[RequestRecord, RequestRecord]]:
-    """Pairs (variant record, baseline record) with the same request id and repeat."""
+    """Pairs (record, baseline record) with the same request id and repeat, in `records` order."""
     index = {(b.request_id, b.repeat): b for b in baseline}
     return [(r, index[(r.request_id, r.repeat)]) for r in records if (r.request_id, r.repeat) in index]
 
@@ -79,7 +94,7 @@ def speedup(
     records: Sequence[RequestRecord],
     baseline: Sequence[RequestRecord],
     *,
-    resamples: int = 2000,
+    resamples: int = RESAMPLES,
     seed: int = 0,
 ) -> Interval | None:
     """Ratio of the variant's tokens/s to the baseline's over paired (request, repeat) records, with a 95%
@@ -105,3 +120,118 @@ def speedup(
     samples = ratio(tokens[idx], seconds[idx])
     low, high = np.percentile(samples, [2.5, 97.5])
     return Interval(value=point, low=float(low), high=float(high))
+
+
+def _bootstrap(
+    statistic: Callable[..., Any], columns: Sequence[Sequence[float]], *, seed: int, point: float
+) -> tuple[float, float]:
+    """95% percentile interval of a paired statistic over the rows of `columns` (scipy.stats.bootstrap)."""
+    import numpy as np
+    from scipy.stats import bootstrap
+
+    data = tuple(np.asarray(c, dtype=float) for c in columns)
+    if len(data[0]) < 2 or all(np.all(c == c[0]) for c in data):
+        return point, point
+    res = bootstrap(
+        data,
+        statistic,
+        paired=True,
+        vectorized=True,
+        n_resamples=RESAMPLES,
+        method="percentile",
+        confidence_level=0.95,
+        rng=np.random.default_rng(seed),
+    )
+    return float(res.confidence_interval.low), float(res.confidence_interval.high)
+
+
+def throughput_ratio(
+    records: Sequence[RequestRecord], baseline: Sequence[RequestRecord], *, seed: int = 0
+) -> Interval | None:
+    """The variant's tokens/s over the baseline's, paired by (request, repeat). Value: the median over repeats
+    of each repeat's pooled ratio (the pooled ratio when there is one repeat); interval: the paired bootstrap
+    over requests x repeats of `speedup`. None when nothing pairs up."""
+    matched = paired(records, baseline)
+    if not matched:
+        return None
+    interval = speedup([r for r, _ in matched], [b for _, b in matched], seed=seed)
+    if interval is None:  # pragma: no cover - matched is non-empty
+        return None
+    per_repeat = []
+    for repeat in sorted({r.repeat for r, _ in matched}):
+        mine = [r for r, _ in matched if r.repeat == repeat]
+        theirs = [b for r, b in matched if r.repeat == repeat]
+        base_tps = tokens_per_s(theirs)
+        if base_tps > 0:
+            per_repeat.append(tokens_per_s(mine) / base_tps)
+    value = statistics.median(per_repeat) if per_repeat else interval.value
+    return Interval(value=value, low=min(interval.low, value), high=max(interval.high, value))
+
+
+def ttft_ratio(
+    records: Sequence[RequestRecord], other: Sequence[RequestRecord], which: str, *, seed: int = 0
+) -> Interval | None:
+    """TTFT at percentile `which` of `records` over that of `other`, paired by (request, repeat), with a 95%
+    paired bootstrap interval. Below 1.0: `records` reach the first token sooner."""
+    matched = paired(records, other)
+    if not matched:
+        return None
+    q = float(which.lstrip("p"))
+    mine = [r.ttft_s for r, _ in matched]
+    theirs = [o.ttft_s for _, o in matched]
+    base = percentile(theirs, which)
+    if base <= 0:
+        return None
+    point = percentile(mine, which) / base
+
+    def statistic(a: Any, b: Any, axis: int = -1) -> Any:
+        import numpy as np
+
+        return np.percentile(a, q, axis=axis) / np.percentile(b, q, axis=axis)
+
+    low, high = _bootstrap(statistic, [mine, theirs], seed=seed, point=point)
+    return Interval(value=point, low=min(low, point), high=max(high, point))
+
+
+def tokens_per_s_interval(records: Sequence[RequestRecord], *, seed: int = 0) -> Interval:
+    """Pooled tokens/s with a 95% bootstrap interval over requests x repeats."""
+    point = tokens_per_s(records)
+
+    def statistic(tokens: Any, seconds: Any, axis: int = -1) -> Any:
+        return tokens.sum(axis=axis) / seconds.sum(axis=axis)
+
+    low, high = _bootstrap(
+        statistic, [[r.output_tokens for r in records], [r.e2e_s for r in records]], seed=seed, point=point
+    )
+    return Interval(value=point, low=min(low, point), high=max(high, point))
+
+
+def summarize_with_intervals(
+    records: Sequence[RequestRecord], baseline: Sequence[RequestRecord] | None = None, *, seed: int = 0
+) -> Summary:
+    """`summarize` plus the tokens/s interval and, given the baseline's records, the throughput ratio with its
+    interval (what `optimize` decides on)."""
+    summary = summarize(records)
+    if records and any(r.e2e_s > 0 for r in records):
+        summary.tokens_per_s_interval = tokens_per_s_interval(records, seed=seed)
+    if baseline:
+        summary.speedup = throughput_ratio(records, baseline, seed=seed)
+    return summary
+
+
+def by_category(records: Sequence[RequestRecord]) -> dict[str, list[RequestRecord]]:
+    groups: dict[str, list[RequestRecord]] = {}
+    for r in records:
+        groups.setdefault(r.category, []).append(r)
+    return groups
+
+
+def summarize_by_category(
+    records: Sequence[RequestRecord], baseline: Sequence[RequestRecord] | None = None, *, seed: int = 0
+) -> dict[str, Summary]:
+    """`summarize_with_intervals` per workload category (for `VariantResult.per_category`)."""
+    base_groups = by_category(baseline or [])
+    return {
+        category: summarize_with_intervals(group, base_groups.get(category), seed=seed)
+        for category, group in sorted(by_category(records).items())
+    }

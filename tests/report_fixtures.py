@@ -10,13 +10,13 @@ import random
 from dataclasses import dataclass
 
 from runinfra_opt.methods import Variant, parse_variant_name
+from runinfra_opt.records import RequestRecord
 from runinfra_opt.results import (
     CategoryDecision,
     Decision,
     Interval,
     ModelInfo,
     QueueSimulation,
-    RequestResult,
     RunResults,
     Summary,
     VariantResult,
@@ -69,7 +69,7 @@ def _percentiles(values: list[float]) -> dict[str, float]:
 
 
 def _requests(spec: Spec, variant: Variant, *, repeats: int, n_requests: int, seed: int,
-              predicted: bool, scale: float) -> list[RequestResult]:
+              predicted: bool, scale: float) -> list[RequestRecord]:
     records = []
     for i in range(n_requests):
         shape = random.Random(f"{seed}-request-{i}")  # the same request looks the same under every variant
@@ -97,7 +97,7 @@ def _requests(spec: Spec, variant: Variant, *, repeats: int, n_requests: int, se
                     drafted += variant.lookahead
                     remaining -= run + 1
             records.append(
-                RequestResult(
+                RequestRecord(
                     request_id=f"r{i}",
                     category=category,
                     repeat=repeat,
@@ -118,7 +118,7 @@ def _requests(spec: Spec, variant: Variant, *, repeats: int, n_requests: int, se
     return records
 
 
-def _summary(records: list[RequestResult], baseline_tps: float | None, *, spread: float) -> Summary:
+def _summary(records: list[RequestRecord], baseline_tps: float | None, *, spread: float) -> Summary:
     output_tokens = sum(r.output_tokens for r in records)
     tokens_per_s = output_tokens / sum(r.e2e_s for r in records)
     accepted = sum(r.accepted_tokens for r in records)

@@ -16,14 +16,13 @@ from runinfra_opt.bench import (
     BenchResult,
     bench_notes,
     bench_table,
-    compare_to_baseline,
     make_variant,
     run_variants,
 )
 from runinfra_opt.cli.app import app
-from runinfra_opt.engine.protocol import RequestRecord
 from runinfra_opt.errors import UserInputError
 from runinfra_opt.methods import BASELINE, Variant
+from runinfra_opt.records import RequestRecord, compare_to_baseline
 from runinfra_opt.stats import paired, percentiles, speedup, summarize, tokens_per_s
 from runinfra_opt.workload.model import Request
 

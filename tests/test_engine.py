@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from runinfra_opt.bench import compare_to_baseline
 from runinfra_opt.engine.hf import HFEngine, check_same_vocabulary
 from runinfra_opt.errors import UserInputError
 from runinfra_opt.methods import BASELINE, Variant
 from runinfra_opt.models import LoadedModel, load_model
+from runinfra_opt.records import compare_to_baseline
 from runinfra_opt.workload.model import Message, Request
 
 MAX_TOKENS = 48
@@ -49,13 +49,13 @@ def test_every_method_is_lossless_with_consistent_counts(
     engine: HFEngine, tiny_models: tuple[Path, Path], request_: Request
 ) -> None:
     base = engine.generate(request_, BASELINE, max_tokens=MAX_TOKENS)
-    assert base.output_tokens == MAX_TOKENS or base.output_ids[-1] in engine.eos_token_ids
+    assert base.output_tokens == MAX_TOKENS or base.output_ids[-1] in engine.prompts.eos_token_ids
     assert base.target_passes == base.output_tokens  # one forward per token, the prefill included
     assert base.draft_passes == 0
     assert base.drafted_tokens == 0
     assert base.accepted_per_pass == []
     assert 0 < base.ttft_s <= base.e2e_s
-    assert base.prompt_tokens == len(engine.prompt_ids(request_))
+    assert base.prompt_tokens == len(engine.prompts.prompt_ids(request_))
     for variant in _variants(str(tiny_models[1])):
         record = engine.generate(request_, variant, max_tokens=MAX_TOKENS)
         compare_to_baseline(record, base)
@@ -117,11 +117,11 @@ def test_request_max_tokens_caps_the_engine_limit(engine: HFEngine) -> None:
     capped = Request(id="c", line=1, prompt="abc", max_tokens=5)
     record = engine.generate(capped, BASELINE, max_tokens=40)
     assert record.output_tokens <= 5
-    assert engine.max_new_tokens(capped, 3) == 3
+    assert engine.prompts.max_new_tokens(capped, 3) == 3
 
 
 def test_chat_requests_use_the_chat_template(engine: HFEngine) -> None:
-    ids = engine.prompt_ids(CHAT)
+    ids = engine.prompts.prompt_ids(CHAT)
     text = engine.target.tokenizer.decode(ids)
     assert text.startswith("<|im_start|>user\nrepeat after me")
     assert text.endswith("<|im_start|>assistant\n")
@@ -134,14 +134,14 @@ def test_too_long_requests_error_or_skip(loaded: tuple[LoadedModel, LoadedModel]
     short = Request(id="short", line=8, prompt="hi")
     strict = HFEngine(target)
     with pytest.raises(UserInputError, match=r"traffic\.jsonl:7: request long-one: prompt .* exceeds"):
-        strict.filter_requests([short, long], max_tokens=20, source="traffic.jsonl")
+        strict.prompts.filter_requests([short, long], max_tokens=20, source="traffic.jsonl")
     with pytest.raises(UserInputError, match="line 7: request long-one"):
         strict.generate(long, BASELINE, max_tokens=20)
     lenient = HFEngine(target, skip_too_long=True)
-    kept, skipped = lenient.filter_requests([short, long], max_tokens=20)
+    kept, skipped = lenient.prompts.filter_requests([short, long], max_tokens=20)
     assert kept == [short]
     assert skipped == [long]
-    assert lenient.filter_requests([long], max_tokens=5) == ([long], [])
+    assert lenient.prompts.filter_requests([long], max_tokens=5) == ([long], [])
 
 
 def test_unknown_draft_and_bad_exit_layer(engine: HFEngine) -> None:
@@ -227,8 +227,8 @@ def test_prompt_tokenizer_without_weights_tokenizes_as_the_engine(
 
     prompts = PromptTokenizer.load(str(tiny_models[0]))
     for request in (CHAT, PROMPT):
-        assert prompts.prompt_ids(request) == engine.prompt_ids(request)
-    assert prompts.eos_token_ids == engine.eos_token_ids
+        assert prompts.prompt_ids(request) == engine.prompts.prompt_ids(request)
+    assert prompts.eos_token_ids == engine.prompts.eos_token_ids
     assert prompts.context_length == engine.prompts.context_length == 4096
     long = Request(id="long-1", line=9, prompt="x" * 4100)
     assert "exceeds the target's context of 4096 tokens" in (prompts.too_long(long, 8) or "")

@@ -13,7 +13,8 @@ from typer.testing import CliRunner
 from runinfra_opt.cli.app import app
 from runinfra_opt.engine.hf import HFEngine
 from runinfra_opt.manifest import check_manifest_file
-from runinfra_opt.optimize.run import predicted_vs_measured
+from runinfra_opt.optimize.pipeline import PHASES
+from runinfra_opt.report.summary import predicted_vs_measured
 from runinfra_opt.results import load_results
 
 TINY_WORKLOAD = [
@@ -93,7 +94,11 @@ def test_optimize_end_to_end_writes_results_and_manifest(
     results = load_results(latest / "results.json" if latest.is_dir() else runs / latest.read_text().strip())
     assert results.run_id == printed["run_id"]
     assert results.status == "complete"
-    assert results.phase == "decide"
+    assert results.phase == "write"
+    assert results.phases_done == [phase.name for phase in PHASES]
+    assert results.plan is not None
+    assert results.plan.confirm is not None
+    assert len(results.plan.request_ids) == len(TINY_WORKLOAD)
     names = {v.name for v in results.variants}
     assert names == {"baseline", "ngram-n2-k2", "early_exit-l2-k2", "draft:tiny-draft-k2"}
     # Every variant is predicted per request; baseline + 2 candidates are timed end to end.
@@ -232,7 +237,8 @@ def test_resume_after_interruption_finishes_without_redoing_work(
     assert partial.status == "running"
     done_before = list(calls)
     measured_before = {(v.name, r.request_id, r.repeat): r.e2e_s for v in partial.variants for r in v.measured_requests}
-    assert partial.phase == ("start" if interrupt_after == 1 else "predict")
+    assert partial.phase == ("plan" if interrupt_after == 1 else "predict")
+    assert partial.phases_done[-1] == partial.phase
     assert len(partial.profile.get("baseline", [])) == min(interrupt_after, len(TINY_WORKLOAD))
     assert bool(measured_before) == (interrupt_after == 12)
 
@@ -300,3 +306,20 @@ def test_exhaustive_times_every_variant(
     assert all(v.confirmed and v.measured is not None for v in results.variants)
     assert len(predicted_vs_measured(results)) == len(results.variants) == 4
     assert "calibration" not in results.profile or not results.profile["calibration"]
+
+
+def test_resume_of_a_run_with_an_older_results_schema_exits_2(runner: CliRunner, tmp_path: Path) -> None:
+    """A results file of schema 1 kept the plan in its config: `report` reads it, `--resume` refuses it."""
+    from runinfra_opt.results import save_results
+    from tests.report_fixtures import build_results
+
+    old = build_results()
+    old.schema_version = 1
+    save_results(old, tmp_path / "old" / "results.json")
+    result = runner.invoke(app, ["optimize", "--resume", str(tmp_path / "old"), "--runs-dir", str(tmp_path)])
+    assert result.exit_code == 2, result.output
+    assert "results schema 1" in result.output
+    assert "start a new run" in result.output
+    assert "Traceback" not in result.output
+    shown = runner.invoke(app, ["report", str(tmp_path / "old")])
+    assert shown.exit_code == 0, shown.output

@@ -9,8 +9,8 @@ from pathlib import Path
 from typer.testing import CliRunner
 
 from runinfra_opt.cli.app import app
+from runinfra_opt.drafts import find_distilled_drafts
 from runinfra_opt.models import resolve_model
-from runinfra_opt.optimize.drafts import find_distilled_drafts
 from runinfra_opt.results import load_results
 
 

@@ -10,7 +10,7 @@ from typer.testing import CliRunner
 
 from runinfra_opt.cli.app import app
 from runinfra_opt.manifest import check_manifest_file
-from runinfra_opt.optimize.run import predicted_vs_measured
+from runinfra_opt.report.summary import predicted_vs_measured
 from runinfra_opt.results import load_results
 
 

@@ -11,7 +11,7 @@ from runinfra_opt.methods import Variant
 from runinfra_opt.methods.early_exit import default_exit_layers
 from runinfra_opt.optimize.config import OptimizeConfig, parse_int_list, parse_methods, parse_priority
 from runinfra_opt.optimize.plan import plan_requests, replan_confirmation, stratified_sample
-from runinfra_opt.optimize.run import point_latest, resolve_run
+from runinfra_opt.optimize.rundir import point_latest, resolve_run
 from runinfra_opt.optimize.space import build_space
 from runinfra_opt.workload.model import Request
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from runinfra_opt.optimize.queueing import service_times, simulate_fifo, simulate_variants
-from runinfra_opt.results import RequestResult
+from runinfra_opt.records import RequestRecord
 
 
 def test_no_overlap_means_no_wait() -> None:
@@ -43,8 +43,8 @@ def test_mismatched_inputs_raise() -> None:
         simulate_fifo("v", [0.0], [])
 
 
-def _rec(rid: str, repeat: int, ttft: float, e2e: float) -> RequestResult:
-    return RequestResult(
+def _rec(rid: str, repeat: int, ttft: float, e2e: float) -> RequestRecord:
+    return RequestRecord(
         request_id=rid,
         category="c",
         repeat=repeat,

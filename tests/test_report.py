@@ -189,7 +189,7 @@ def test_cli_every_format(runner: CliRunner, run_dir: Path, fmt: str) -> None:
     expected = {
         "table": "Winner: ngram-n2-k4",
         "markdown": "## runinfra-opt: Winner: ngram-n2-k4",
-        "json": '"schema_version": 1',
+        "json": f'"schema_version": {SCHEMA_VERSION}',
         "csv": "variant,method,lookahead",
         "html": 'id="plot-lookahead"',
     }[fmt]

@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 from runinfra_opt.cli.app import app
 from runinfra_opt.errors import UserInputError
 from runinfra_opt.report import compare, render_comparison_markdown, render_comparison_table
-from runinfra_opt.results import RunResults, save_results
+from runinfra_opt.results import SCHEMA_VERSION, RunResults, save_results
 from tests.report_fixtures import DEFAULT_SPECS, Spec, build_results, running
 
 
@@ -108,7 +108,7 @@ def test_incompatible_inputs() -> None:
     old = build_results()
     older_schema = build_results(run_id="v0")
     older_schema.schema_version = 0
-    with pytest.raises(UserInputError, match="schema version 1 and NEW has 0"):
+    with pytest.raises(UserInputError, match=f"schema version {SCHEMA_VERSION} and NEW has 0"):
         compare(old, older_schema)
     with pytest.raises(UserInputError, match="NEW: run .* has no decision"):
         compare(old, running())

@@ -6,12 +6,13 @@ import random
 
 import pytest
 
+from runinfra_opt import stats
 from runinfra_opt.errors import NoFeasibleVariantError
 from runinfra_opt.exitcodes import ExitCode
 from runinfra_opt.methods import BASELINE, Variant
-from runinfra_opt.optimize import stats
 from runinfra_opt.optimize.select import decide, per_category
-from runinfra_opt.results import ModelInfo, RequestResult, RunResults, Summary, VariantResult
+from runinfra_opt.records import RequestRecord
+from runinfra_opt.results import ModelInfo, RunResults, Summary, VariantResult
 
 REQUESTS = 12
 REPEATS = 2
@@ -30,7 +31,7 @@ def _records(
     seed: int = 1,
     categories: dict[str, float] | None = None,
     lossless: bool | None = True,
-) -> list[RequestResult]:
+) -> list[RequestRecord]:
     """Requests x repeats: 40 output tokens at 20 tokens/s x `speed` (x per-category factor), with noise."""
     rng = random.Random(seed)
     out = []
@@ -41,7 +42,7 @@ def _records(
             e2e = 40 / (20 * factor) * (1 + rng.uniform(-noise, noise))
             ttft = ttft_ms / 1000 * (1 + rng.uniform(-noise, noise))
             out.append(
-                RequestResult(
+                RequestRecord(
                     request_id=f"r{i}",
                     category=category,
                     repeat=repeat,
@@ -57,7 +58,7 @@ def _records(
     return out
 
 
-def _variant(variant: Variant, records: list[RequestResult]) -> VariantResult:
+def _variant(variant: Variant, records: list[RequestRecord]) -> VariantResult:
     return VariantResult(name=variant.name, variant=variant.to_dict(), measured_requests=records, confirmed=True)
 
 
@@ -237,7 +238,7 @@ def test_per_category_best_and_gain() -> None:
 def test_summarize_intervals() -> None:
     base = _records(1.0, 100, seed=0)
     fast = _records(1.5, 100, seed=4)
-    summary = stats.summarize(fast, base)
+    summary = stats.summarize_with_intervals(fast, base)
     assert summary.speedup is not None
     assert summary.speedup.low < summary.speedup.value < summary.speedup.high
     assert summary.speedup.value == pytest.approx(1.5, rel=0.02)

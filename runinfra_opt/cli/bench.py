@@ -17,6 +17,9 @@ def bench(
     lookahead: int | None = typer.Option(None, "--lookahead", help="Tokens drafted per target pass (k)."),
     workload: str = typer.Option("mixed", "--workload", help="Bundled workload name or a workload file."),
     target: str = typer.Option("default", "--target", help="default, a model directory, a .gguf file or a hub id."),
+    engine: str = typer.Option(
+        "transformers", "--engine", help="The engine that runs and measures: transformers (in-process)."
+    ),
     draft: str | None = typer.Option(None, "--draft", help="Draft model for --method draft."),
     ngram_max: int = typer.Option(2, "--ngram-max", help="Prompt lookup's max n-gram match size."),
     exit_layer: int | None = typer.Option(None, "--exit-layer", help="Layer that drafts, for --method early_exit."),
@@ -47,6 +50,7 @@ def bench(
         variant=variant,
         workload=workload,
         target=target,
+        engine=engine,
         draft=draft,
         requests=requests,
         repeat=repeat,

@@ -14,6 +14,7 @@ import typer
 from rich.console import Console
 
 from runinfra_opt.cli.app import app, err_console, handle_errors, progress_bar
+from runinfra_opt.drafts import DEFAULT_DRAFTS_DIR, find_distilled_drafts
 from runinfra_opt.errors import GateFailedError
 from runinfra_opt.exitcodes import ExitCode
 from runinfra_opt.models import resolve_model
@@ -27,7 +28,6 @@ from runinfra_opt.optimize.config import (
     parse_methods,
     parse_priority,
 )
-from runinfra_opt.optimize.drafts import DEFAULT_DRAFTS_DIR, find_distilled_drafts
 
 if TYPE_CHECKING:  # pragma: no cover
     from rich.progress import Progress, TaskID
@@ -74,6 +74,9 @@ def optimize(
     ),
     workload_format: str | None = typer.Option(None, "--format", help="Workload file format (default: by suffix)."),
     target: str = typer.Option("default", "--target", help="default, a model directory, a .gguf file or a hub id."),
+    engine: str = typer.Option(
+        "transformers", "--engine", help="The engine that runs and measures: transformers (in-process)."
+    ),
     draft: list[str] = typer.Option(
         [],
         "--draft",
@@ -144,7 +147,7 @@ def optimize(
     Exit codes: 0 manifest written; 2 bad input; 3 no variant (not even the baseline) satisfies the
     constraints; 4 with --require-speedup when the baseline wins."""
 
-    from runinfra_opt.optimize.run import run_optimize
+    from runinfra_opt.optimize.pipeline import run_optimize
 
     drafts = tuple(dict.fromkeys(draft))
     parsed_methods = parse_methods(methods)
@@ -161,6 +164,7 @@ def optimize(
         workload=workload,
         workload_format=workload_format,
         target=target,
+        engine=engine,
         drafts=drafts,
         methods=parsed_methods,
         lookaheads=parse_int_list("--lookahead", lookahead),
@@ -187,10 +191,9 @@ def optimize(
         run_dir=str(run_dir) if run_dir else None,
         out=str(out),
         runs_root=str(runs_root),
-        extra={"resume": resume} if resume else {},
     )
     with progress_bar(transient=False) as bar:
-        results = run_optimize(config, reporter=_BarReporter(bar))
+        results = run_optimize(config, resume=resume, reporter=_BarReporter(bar))
     _render(results, as_json=as_json)
     if results.decision is not None and results.decision.exit_code == int(ExitCode.GATE_FAILED):
         raise GateFailedError(f"--require-speedup: the baseline wins ({results.decision.reason})")
@@ -212,7 +215,7 @@ def _render(results: RunResults, *, as_json: bool) -> None:
     if as_json:
         typer.echo(json.dumps(decision_json(results), indent=2))
         return
-    from runinfra_opt.optimize.summary import render_summary
+    from runinfra_opt.report.summary import render_summary
 
     render_summary(results, Console(highlight=False, soft_wrap=True))
 

@@ -1,5 +1,7 @@
-"""Engines: run one request under one variant and measure it.
+"""Engines: run requests under variants and measure them.
 
-`protocol` defines the contract (`Engine`, `RequestRecord`) and imports no heavy library; `hf` is the in-process
-transformers implementation (`HFEngine`), imported on demand because it imports torch.
+`protocol` defines the contract (`Engine`, its optional `Capability`s, returning
+`runinfra_opt.records.RequestRecord`) and imports no heavy library; `prompts` tokenizes requests for every
+engine; `hf` is the in-process transformers implementation (`HFEngine`, all capabilities: `hf_profile` and
+`hf_cost` hold its profiling and cost-table measurement), imported on demand because it imports torch.
 """

@@ -31,10 +31,12 @@ from transformers.generation.streamers import BaseStreamer
 
 from runinfra_opt import __version__
 from runinfra_opt.engine.prompts import PromptTokenizer
-from runinfra_opt.engine.protocol import RequestRecord
+from runinfra_opt.engine.protocol import Capability, TokenSequence
 from runinfra_opt.errors import UserInputError
 from runinfra_opt.methods import Variant, get_method
+from runinfra_opt.methods.base import Drafter
 from runinfra_opt.models import LoadedModel
+from runinfra_opt.records import RequestRecord
 from runinfra_opt.workload.model import Request
 
 VOCAB_PROBE = 256
@@ -148,7 +150,11 @@ class HFEngine:
 
     `drafts` maps the draft spec strings used in `Variant.draft` to loaded models. The draft vocabulary is
     checked here; a mismatch is refused unless `allow_tokenizer_mismatch` (universal assisted generation).
+    Implements `engine.protocol.ProfilingEngine`: every capability.
     """
+
+    name = "transformers"
+    capabilities = frozenset(Capability)
 
     def __init__(
         self,
@@ -200,25 +206,88 @@ class HFEngine:
             pad = target.tokenizer.pad_token_id
         self._pad = pad if pad is not None else (self._eos[0] if self._eos else 0)
 
-    # ---- inputs (see engine.prompts) -------------------------------------------------------------------------
-
     @property
-    def eos_token_ids(self) -> list[int]:
-        return list(self._eos)
+    def target_layers(self) -> int:
+        return self.target.num_layers
 
-    def prompt_ids(self, request: Request) -> list[int]:
-        return self.prompts.prompt_ids(request)
+    def model_infos(self) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+        return self.target.info(), [d.info() for d in self.drafts.values()]
 
-    def max_new_tokens(self, request: Request, max_tokens: int) -> int:
-        return self.prompts.max_new_tokens(request, max_tokens)
+    def supports(self, variant: Variant) -> str | None:
+        method = get_method(variant.method)
+        try:
+            method.transformers_settings(variant)
+        except NotImplementedError as exc:
+            return str(exc)
+        try:
+            method.check_target(variant, self.target.num_layers)
+        except UserInputError as exc:
+            return str(exc)
+        return None
 
-    def too_long(self, request: Request, max_tokens: int) -> str | None:
-        return self.prompts.too_long(request, max_tokens)
+    # ---- capabilities: profiling and the cost table (see hf_profile, hf_cost) --------------------------------
 
-    def filter_requests(
-        self, requests: Sequence[Request], *, max_tokens: int, source: str = "workload"
-    ) -> tuple[list[Request], list[Request]]:
-        return self.prompts.filter_requests(requests, max_tokens=max_tokens, source=source)
+    def _drafter_model(self, drafter: Drafter) -> LoadedModel:
+        assert drafter.model is not None
+        if drafter.model not in self.drafts:
+            known = ", ".join(sorted(self.drafts)) or "none"
+            raise UserInputError(f"draft {drafter.model!r} is not loaded (loaded: {known})")
+        return self.drafts[drafter.model]
+
+    def agreement(self, drafters: Sequence[Drafter], sequences: Sequence[TokenSequence]) -> dict[str, list[list[bool]]]:
+        """Teacher-forced agreement of each drafter (every early-exit layer from one target pass)."""
+        from runinfra_opt.engine.hf_profile import early_exit_agreement, teacher_forced_agreement
+
+        out: dict[str, list[list[bool]]] = {}
+        for drafter in drafters:
+            if drafter.model is not None:
+                out[drafter.role] = teacher_forced_agreement(self._drafter_model(drafter), sequences)
+        layers = {d.exit_layer: d.role for d in drafters if d.exit_layer is not None}
+        if layers:
+            by_layer = early_exit_agreement(self.target, sequences, sorted(layers))
+            out.update({layers[layer]: flags for layer, flags in by_layer.items()})
+        return out
+
+    def acceptance(
+        self,
+        drafter: Drafter,
+        sequences: Sequence[TokenSequence],
+        *,
+        temperature: Sequence[float],
+        top_p: Sequence[float | None],
+    ) -> list[list[float]]:
+        from runinfra_opt.engine.hf_profile import acceptance_probabilities
+
+        draft = self._drafter_model(drafter) if drafter.model is not None else None
+        return acceptance_probabilities(
+            draft, self.target, sequences, temperature=temperature, top_p=top_p, exit_layer=drafter.exit_layer
+        )
+
+    def cost_steps(self, drafters: Sequence[Drafter], *, quick: bool = False) -> int:
+        from runinfra_opt.engine.hf_cost import planned_steps
+
+        models = sum(1 for d in drafters if d.model is not None)
+        return planned_steps(models, len(drafters) - models, quick=quick)
+
+    def measure_costs(
+        self,
+        drafters: Sequence[Drafter],
+        *,
+        remeasure: bool = False,
+        quick: bool = False,
+        on_step: Callable[[str], None] | None = None,
+    ) -> tuple[list[Any], dict[str, Any]]:
+        from runinfra_opt.engine.hf_cost import measure_costs
+
+        return measure_costs(
+            self.target,
+            [self._drafter_model(d) for d in drafters if d.model is not None],
+            exit_layers=sorted(d.exit_layer for d in drafters if d.exit_layer is not None),
+            threads=self.threads,
+            remeasure=remeasure,
+            quick=quick,
+            on_step=on_step,
+        )
 
     # ---- generation ------------------------------------------------------------------------------------------
 
@@ -281,12 +350,12 @@ class HFEngine:
         """Run one request under one variant and measure it. `max_tokens` caps the new tokens (the request's own
         `max_tokens`, when set, caps them further). Sampled requests are seeded per request (`seed`, else 0)."""
         self._check_variant(variant)
-        problem = self.too_long(request, max_tokens)
+        problem = self.prompts.too_long(request, max_tokens)
         if problem is not None:
             raise UserInputError(f"line {request.line}: {problem}")
         draft = self._draft_for(variant)
-        prompt = self.prompt_ids(request)
-        max_new = self.max_new_tokens(request, max_tokens)
+        prompt = self.prompts.prompt_ids(request)
+        max_new = self.prompts.max_new_tokens(request, max_tokens)
         config = self._generation_config(request, variant, max_new)
         extra: dict[str, Any] = {}
         if draft is not None:
@@ -331,6 +400,7 @@ class HFEngine:
             greedy=request.greedy,
             prompt_tokens=len(prompt),
             output_ids=output_ids,
+            output_tokens=len(output_ids),
             ttft_s=first - start,
             e2e_s=end - start,
             target_passes=len(passes),

@@ -1,78 +1,131 @@
-"""The engine contract: load once, then generate one request under one variant into a typed record.
+"""The engine contract, and the optional capabilities an engine declares.
 
-The in-process transformers engine (`runinfra_opt.engine.hf`) implements it first; an HTTP engine (vLLM,
-SGLang) can implement it later. Nothing here imports torch.
+Every engine loads once, then runs requests under a variant into typed records
+(`runinfra_opt.records.RequestRecord`), tokenizes through one `PromptTokenizer`, describes its environment and
+closes. What only some engines can do is a `Capability`, declared in `Engine.capabilities` and checked by
+the caller before it uses the matching method:
+
+- `PASS_COUNTS`: records carry target/draft pass counts and accepted tokens per pass;
+- `PROFILE`: teacher-forced agreement / acceptance probabilities of drafters (`agreement`, `acceptance`):
+  what the predictor simulates from;
+- `COST_TABLE`: a measured forward-time table of the target and its drafters (`measure_costs`);
+- `EARLY_EXIT`: drafting from the target's own first layers (its hidden states).
+
+The in-process transformers engine (`runinfra_opt.engine.hf`) has them all; an HTTP serving engine has only
+some, and `optimize` then says which steps it skips and why. Nothing here imports torch.
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
-from typing import Any, Protocol
+from collections.abc import Callable, Sequence
+from enum import StrEnum
+from typing import TYPE_CHECKING, Any, Protocol
 
 from runinfra_opt.methods import Variant
+from runinfra_opt.methods.base import Drafter
+from runinfra_opt.records import RequestRecord
 from runinfra_opt.workload.model import Request
 
+if TYPE_CHECKING:  # pragma: no cover
+    from runinfra_opt.engine.prompts import PromptTokenizer
 
-@dataclass
-class RequestRecord:
-    """What one generation of one request under one variant measured. Raw values; summaries derive from them."""
+TokenSequence = tuple[list[int], list[int]]
+"""(prompt_ids, output_ids): a request's prompt and the target's output, as token ids."""
 
-    request_id: str
-    variant: str
-    """Variant.name."""
-    category: str
-    greedy: bool
-    prompt_tokens: int
-    output_ids: list[int]
-    ttft_s: float
-    """Request start to the first generated token (seen by a streamer)."""
-    e2e_s: float
-    target_passes: int
-    """Target model forward calls (the prefill counts as one)."""
-    draft_passes: int
-    """Draft model forward calls (early exit: forwards of the shallow sub-model; n-gram: 0)."""
-    accepted_per_pass: list[int] = field(default_factory=list)
-    """Draft tokens accepted at each target verification pass (speculative variants only)."""
-    drafted_tokens: int = 0
-    """Draft tokens proposed in total."""
-    repeat: int = 0
-    lossless: bool | None = None
-    """Greedy output identical to the baseline's (None: not compared, or a sampled request)."""
-    first_mismatch: int | None = None
-    """First differing output position against the baseline, when not lossless."""
 
-    @property
-    def output_tokens(self) -> int:
-        return len(self.output_ids)
-
-    @property
-    def tpot_s(self) -> float | None:
-        """Time per output token after the first: (e2e - ttft) / (n - 1)."""
-        n = self.output_tokens
-        return (self.e2e_s - self.ttft_s) / (n - 1) if n > 1 else None
-
-    @property
-    def accepted_tokens(self) -> int:
-        return sum(self.accepted_per_pass)
-
-    @property
-    def acceptance_rate(self) -> float | None:
-        return self.accepted_tokens / self.drafted_tokens if self.drafted_tokens else None
-
-    def to_dict(self) -> dict[str, Any]:
-        data = asdict(self)
-        data["output_tokens"] = self.output_tokens
-        data["tpot_s"] = self.tpot_s
-        return data
+class Capability(StrEnum):
+    PASS_COUNTS = "pass_counts"
+    PROFILE = "profile"
+    COST_TABLE = "cost_table"
+    EARLY_EXIT = "early_exit"
 
 
 class Engine(Protocol):
-    """Generates one request under one variant and measures it."""
+    """Runs requests under variants and measures them."""
+
+    name: str
+    """`transformers`, `vllm`, ...: how results and messages name the engine."""
+    capabilities: frozenset[Capability]
+    prompts: PromptTokenizer
+    """Token ids of requests as the target sees them (also: EOS ids, context length, too-long checks)."""
+
+    @property
+    def target_layers(self) -> int:
+        """The target's number of layers (early exit's search space)."""
+        ...
+
+    def supports(self, variant: Variant) -> str | None:
+        """None when the engine can run `variant`, else why not (one line)."""
+        ...
 
     def generate(self, request: Request, variant: Variant, *, max_tokens: int, repeat: int = 0) -> RequestRecord:
         """Run `request` under `variant` (warm-up is the caller's choice) and return the measured record."""
         ...
 
-    def environment(self) -> dict[str, Any]:
-        """python, torch, transformers, runinfra-opt versions, device, CPU, threads, dtype, model hashes."""
+    def warmup(self, request: Request, variant: Variant, *, max_tokens: int = 8) -> None:
+        """One short untimed run, so first-call costs stay out of the figures."""
         ...
+
+    def model_infos(self) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+        """(the target's `ModelInfo` fields, each draft's)."""
+        ...
+
+    def environment(self) -> dict[str, Any]:
+        """Versions, device, CPU, threads, dtype, model hashes: what results record about the machine."""
+        ...
+
+    def close(self) -> None: ...
+
+
+class Profiler(Protocol):
+    """`Capability.PROFILE`: per output position of the target's own output, what each drafter would do."""
+
+    def agreement(self, drafters: Sequence[Drafter], sequences: Sequence[TokenSequence]) -> dict[str, list[list[bool]]]:
+        """By drafter role, per sequence: does the drafter's greedy prediction equal the target's token."""
+        ...
+
+    def acceptance(
+        self,
+        drafter: Drafter,
+        sequences: Sequence[TokenSequence],
+        *,
+        temperature: Sequence[float],
+        top_p: Sequence[float | None],
+    ) -> list[list[float]]:
+        """Per sequence and position: speculative sampling's acceptance probability sum(min(p, q))."""
+        ...
+
+
+class CostMeter(Protocol):
+    """`Capability.COST_TABLE`: forward times of the target and each drafter on this device."""
+
+    def cost_steps(self, drafters: Sequence[Drafter], *, quick: bool = False) -> int:
+        """How many progress steps `measure_costs` reports."""
+        ...
+
+    def measure_costs(
+        self,
+        drafters: Sequence[Drafter],
+        *,
+        remeasure: bool = False,
+        quick: bool = False,
+        on_step: Callable[[str], None] | None = None,
+    ) -> tuple[list[Any], dict[str, Any]]:
+        """(cost samples for the target and every drafter, provenance: measured or cached, cache files)."""
+        ...
+
+
+class ProfilingEngine(Engine, Profiler, CostMeter, Protocol):
+    """An engine with every capability (the in-process transformers engine)."""
+
+
+def drafters_of(variants: Sequence[Variant]) -> list[Drafter]:
+    """The distinct drafters of `variants`, by role (sorted)."""
+    from runinfra_opt.methods import get_method
+
+    found: dict[str, Drafter] = {}
+    for variant in variants:
+        drafter = get_method(variant.method).drafter(variant)
+        if drafter is not None:
+            found.setdefault(drafter.role, drafter)
+    return [found[role] for role in sorted(found)]

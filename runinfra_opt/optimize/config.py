@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field, fields, replace
+from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 from typing import Any, Literal
 
+from runinfra_opt.engine import registry as engine_registry
 from runinfra_opt.errors import UserInputError
 from runinfra_opt.methods import get_method
 
@@ -84,6 +85,8 @@ class OptimizeConfig:
     workload_format: str | None = None
     target: str = "default"
     drafts: tuple[str, ...] = ()
+    engine: str = "transformers"
+    """The engine that runs and measures (`engine.registry`)."""
     methods: tuple[str, ...] | None = None
     """None: every method that applies (draft only with --draft)."""
     lookaheads: tuple[int, ...] | None = None
@@ -114,12 +117,13 @@ class OptimizeConfig:
     run_dir: str | None = None
     out: str = "runinfra-manifest.yaml"
     runs_root: str = str(DEFAULT_RUNS_ROOT)
-    extra: dict[str, Any] = field(default_factory=dict, compare=False)
-    """Test and benchmark knobs that are not CLI options (recorded, never required)."""
+    quick_cost: bool = False
+    """Measure the cost model on fewer sizes (for tests and benchmarks on tiny models; not a CLI option)."""
 
     def __post_init__(self) -> None:
         if self.priority not in ("throughput", "ttft"):
             raise UserInputError(f"--priority {self.priority}: unknown priority; available: {', '.join(PRIORITIES)}")
+        engine_registry.check(self.engine)
         if self.strategy not in STRATEGIES:
             raise UserInputError(f"--strategy {self.strategy}: expected one of {', '.join(STRATEGIES)}")
         if self.percentile not in PERCENTILES:

@@ -10,8 +10,9 @@ from __future__ import annotations
 import statistics
 from collections.abc import Mapping, Sequence
 
-from runinfra_opt import stats as base_stats
-from runinfra_opt.results import QueueSimulation, RequestResult
+from runinfra_opt import stats
+from runinfra_opt.records import RequestRecord
+from runinfra_opt.results import QueueSimulation
 
 
 def simulate_fifo(
@@ -39,15 +40,15 @@ def simulate_fifo(
     span = free_at - min(arrivals_s)
     return QueueSimulation(
         variant=variant,
-        ttft_s=base_stats.percentiles(ttfts),
+        ttft_s=stats.percentiles(ttfts),
         mean_wait_s=statistics.fmean(waits),
         utilisation=busy / span if span > 0 else 1.0,
     )
 
 
-def service_times(records: Sequence[RequestResult]) -> dict[str, tuple[float, float]]:
+def service_times(records: Sequence[RequestRecord]) -> dict[str, tuple[float, float]]:
     """Per request id: the median (ttft_s, e2e_s) over its repeats."""
-    grouped: dict[str, list[RequestResult]] = {}
+    grouped: dict[str, list[RequestRecord]] = {}
     for r in records:
         grouped.setdefault(r.request_id, []).append(r)
     return {
@@ -57,7 +58,7 @@ def service_times(records: Sequence[RequestResult]) -> dict[str, tuple[float, fl
 
 
 def simulate_variants(
-    arrivals_s: Mapping[str, float | None], records_by_variant: Mapping[str, Sequence[RequestResult]]
+    arrivals_s: Mapping[str, float | None], records_by_variant: Mapping[str, Sequence[RequestRecord]]
 ) -> list[QueueSimulation]:
     """A FIFO simulation per variant over the requests that have a recorded arrival time and a measurement.
     Empty when the workload records no arrival times."""

@@ -20,11 +20,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from runinfra_opt import stats
 from runinfra_opt.errors import NoFeasibleVariantError, UserInputError
 from runinfra_opt.exitcodes import ExitCode
 from runinfra_opt.methods import Variant, get_method
-from runinfra_opt.optimize import stats
-from runinfra_opt.results import CategoryDecision, Decision, Interval, RequestResult, RunResults, VariantResult
+from runinfra_opt.records import RequestRecord
+from runinfra_opt.results import CategoryDecision, Decision, Interval, RunResults, VariantResult
 
 TIE = 0.01
 """Relative difference under which two variants count as tied (the simpler one wins)."""
@@ -45,7 +46,7 @@ class Constraints:
 class _Candidate:
     result: VariantResult
     variant: Variant
-    records: list[RequestResult]
+    records: list[RequestRecord]
     tokens_per_s: float
     ttft_s: float
     gain: Interval | None

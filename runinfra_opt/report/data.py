@@ -6,8 +6,9 @@ import io
 import json
 from typing import Any, Literal
 
+from runinfra_opt.records import RequestRecord
 from runinfra_opt.report import view
-from runinfra_opt.results import RequestResult, RunResults, Summary
+from runinfra_opt.results import RunResults, Summary
 
 CsvKind = Literal["variants", "requests"]
 CSV_KINDS: tuple[CsvKind, ...] = ("variants", "requests")
@@ -68,7 +69,7 @@ def variants_frame(results: RunResults) -> Any:
     return frame.astype({"lookahead": "Int64", "ngram_max": "Int64", "exit_layer": "Int64"})
 
 
-_REQUEST_FIELDS = tuple(RequestResult.model_fields)
+_REQUEST_FIELDS = tuple(f for f in RequestRecord.model_fields if f not in ("output_ids", "variant"))
 VARIANT_CSV_COLUMNS = (
     ["variant", "method", "lookahead", "draft", "ngram_max", "exit_layer", "status", "confirmed", "lossless"]
     + ["disqualified", "ruled_out", "prediction_error"]

@@ -7,9 +7,10 @@ import html
 from collections import Counter
 from typing import Any
 
+from runinfra_opt.records import RequestRecord
 from runinfra_opt.report import text, view
 from runinfra_opt.report.view import VariantRow
-from runinfra_opt.results import RequestResult, RunResults, VariantResult
+from runinfra_opt.results import RunResults, VariantResult
 
 _PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22",
             "#17becf")
@@ -140,7 +141,7 @@ def _spotlight(results: RunResults, rows: list[VariantRow], limit: int) -> list[
     return out
 
 
-def _requests(result: VariantResult) -> tuple[list[RequestResult], str]:
+def _requests(result: VariantResult) -> tuple[list[RequestRecord], str]:
     return (result.measured_requests, "measured") if result.measured_requests else (
         result.predicted_requests, "predicted")
 

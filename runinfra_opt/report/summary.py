@@ -4,6 +4,8 @@ best of every other method) and the decision in one sentence. A pure function of
 
 from __future__ import annotations
 
+from typing import Any
+
 from rich import box
 from rich.console import Console
 from rich.table import Table
@@ -112,3 +114,23 @@ def render_summary(results: RunResults, console: Console) -> None:
     manifest = next((n for n in reversed(results.notes) if n.startswith("manifest written to ")), None)
     if manifest:
         console.print(Text(manifest[0].upper() + manifest[1:] + f"; full report: runinfra-opt report {results.run_id}"))
+
+
+def predicted_vs_measured(results: RunResults) -> list[dict[str, Any]]:
+    """For every confirmed variant: predicted and measured tokens/s and their ratio (and TTFT p50)."""
+    rows = []
+    for vr in results.variants:
+        if not vr.confirmed or vr.predicted is None or vr.measured is None:
+            continue
+        pred, meas = vr.predicted.tokens_per_s, vr.measured.tokens_per_s
+        rows.append(
+            {
+                "variant": vr.name,
+                "predicted_tokens_per_s": pred,
+                "measured_tokens_per_s": meas,
+                "error": (pred / meas - 1.0) if meas else None,
+                "predicted_ttft_p50_s": vr.predicted.ttft_s.get("p50"),
+                "measured_ttft_p50_s": vr.measured.ttft_s.get("p50"),
+            }
+        )
+    return rows

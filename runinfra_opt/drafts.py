@@ -15,14 +15,11 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from runinfra_opt.errors import UserInputError
 from runinfra_opt.workload.fingerprint import prompt_digest
 from runinfra_opt.workload.model import Request
-
-if TYPE_CHECKING:  # pragma: no cover
-    from runinfra_opt.engine.hf import HFEngine
 
 DEFAULT_DRAFTS_DIR = Path(".runinfra") / "drafts"
 
@@ -59,6 +56,14 @@ def trained_prompts(draft_spec: str) -> set[str]:
     return {str(d) for d in digests} if isinstance(digests, list) else set()
 
 
+class RequestFilter(Protocol):
+    """What `measurable_requests` needs of an engine's `PromptTokenizer`: which requests fit the context."""
+
+    def filter_requests(
+        self, requests: Sequence[Request], *, max_tokens: int, source: str
+    ) -> tuple[list[Request], list[Request]]: ...
+
+
 @dataclass
 class Measurable:
     """What bench and optimize may measure of a workload, and what they leave out."""
@@ -84,12 +89,12 @@ class Measurable:
 
 
 def measurable_requests(
-    engine: HFEngine, requests: Sequence[Request], *, max_tokens: int, source: str, drafts: Sequence[str]
+    prompts: RequestFilter, requests: Sequence[Request], *, max_tokens: int, source: str, drafts: Sequence[str]
 ) -> Measurable:
     """The requests to measure: those that fit the target's context and that no draft was distilled on.
 
     Raises UserInputError when every request is too long, or when every fitting one trained a draft."""
-    fitting, too_long = engine.filter_requests(requests, max_tokens=max_tokens, source=source)
+    fitting, too_long = prompts.filter_requests(requests, max_tokens=max_tokens, source=source)
     if not fitting:
         raise UserInputError(f"{source}: every request is too long for the target's context")
     seen_by = {spec: trained_prompts(spec) for spec in drafts}

@@ -1,0 +1,163 @@
+"""Phase `confirm`: time the best predicted candidates and the baseline end to end, repeated and interleaved.
+
+Reads `state.requests`, `state.space`, `state.engine`, `results.plan`, the predictions and the baseline pass.
+The top `--confirm` predicted candidates (one per distinct behaviour) and the baseline are timed
+A B C D per request and repeat, every output checked against the baseline pass's (`--strategy exhaustive`
+times every variant instead). The chosen variants are fixed in `results.plan.confirm` before timing starts;
+each variant's `measured_requests` is saved after every request, so a resume times only what is missing.
+Fills each confirmed variant's `measured`, `per_category`, `confirmed` and `disqualified`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from runinfra_opt.methods import BASELINE, Variant, get_method
+from runinfra_opt.optimize.config import OptimizeConfig
+from runinfra_opt.optimize.plan import replan_confirmation
+from runinfra_opt.optimize.state import WARMUP_TOKENS, RunState
+from runinfra_opt.records import compare_to_baseline
+from runinfra_opt.results import RunResults, VariantResult
+from runinfra_opt.stats import summarize_by_category, summarize_with_intervals
+
+
+def rank_predicted(results: RunResults, config: OptimizeConfig) -> list[VariantResult]:
+    """Speculative variants, best predicted first (throughput: tokens/s; ttft: TTFT at the percentile, then
+    tokens/s). Variants predicted to break `--max-ttft-ms` / `--max-ttft-regression` go last."""
+    baseline = results.variant(BASELINE.name)
+    base_ttft = baseline.predicted.ttft_s.get(config.percentile) if baseline and baseline.predicted else None
+
+    def breaks_constraint(v: VariantResult) -> bool:
+        assert v.predicted is not None
+        ttft = v.predicted.ttft_s.get(config.percentile)
+        if ttft is None:
+            return False
+        if config.max_ttft_ms is not None and ttft * 1000 > config.max_ttft_ms:
+            return True
+        return bool(
+            config.max_ttft_regression is not None and base_ttft and ttft > base_ttft * (1 + config.max_ttft_regression)
+        )
+
+    def key(v: VariantResult) -> tuple[bool, float, float, tuple[int, int, str]]:
+        assert v.predicted is not None
+        tps = v.predicted.tokens_per_s
+        simpler = Variant.from_dict(v.variant).simplicity_key
+        if config.priority == "ttft":
+            return (breaks_constraint(v), v.predicted.ttft_s.get(config.percentile, float("inf")), -tps, simpler)
+        return (breaks_constraint(v), -tps, 0.0, simpler)
+
+    ranked = [v for v in results.variants if v.name != BASELINE.name and v.predicted is not None]
+    return sorted(ranked, key=key)
+
+
+def _behaviour(vr: VariantResult) -> tuple[Any, ...]:
+    """What a variant computes, per its simulation: its drafting model and every request's passes. Two
+    variants with the same behaviour (e.g. prompt lookup with max match 2 and 3 finding the same candidates)
+    cost the same, so timing both would waste the budget."""
+    variant = Variant.from_dict(vr.variant)
+    drafter = get_method(variant.method).drafter(variant)
+    per_request = tuple(
+        (r.request_id, r.target_passes, r.draft_passes, r.drafted_tokens, tuple(r.accepted_per_pass))
+        for r in vr.predicted_requests
+    )
+    return (variant.method, drafter.role if drafter else None, per_request)
+
+
+def _confirm_variants(state: RunState) -> list[Variant]:
+    """Baseline + the candidates to time (stored in the plan so a resume times the same ones)."""
+    plan = state.plan
+    by_name = {v.name: v for v in state.space}
+    if plan.confirm is not None:
+        return [by_name[name] for name in plan.confirm]
+    config = state.config
+    if config.strategy == "exhaustive" or any(v.predicted is None for v in state.results.variants):
+        chosen = [v for v in state.space if v.is_speculative]
+        repeats = plan.repeats
+    else:
+        ranked = []
+        seen: set[tuple[Any, ...]] = set()
+        for vr in rank_predicted(state.results, config):
+            behaviour = _behaviour(vr)
+            if behaviour in seen:
+                continue  # the same passes as a better-ranked (or equally ranked, simpler) candidate
+            seen.add(behaviour)
+            ranked.append(by_name[vr.name])
+            if len(ranked) == config.confirm:
+                break
+        base = state.baseline_records()
+        baseline_s = sum(base[r.id].e2e_s for r in state.requests if r.id in base)
+        candidate_s = []
+        for v in ranked:
+            vr = state.variant_result(v)
+            candidate_s.append(sum(r.e2e_s for r in vr.predicted_requests))
+        warm = baseline_s / max(len(state.requests), 1) * WARMUP_TOKENS / max(state.max_tokens, 1)
+        planned_repeats = plan.repeats
+        repeats, count = replan_confirmation(
+            remaining_s=state.budget_left(),
+            baseline_s=baseline_s,
+            candidate_s=candidate_s,
+            repeats=planned_repeats,
+            warmup_s=warm,
+        )
+        if config.repeats is not None:
+            repeats = config.repeats  # an explicit --repeats is kept even over budget
+        if (repeats, count) != (planned_repeats, len(ranked)):
+            state.results.notes.append(
+                f"confirmation reduced to fit the budget: {count} candidate(s) x {repeats} repeat(s) "
+                f"(planned {len(ranked)} x {planned_repeats})"
+            )
+        chosen = ranked[:count]
+    plan.confirm = [BASELINE.name] + [v.name for v in chosen]
+    plan.repeats = repeats
+    state.save()
+    return [BASELINE, *chosen]
+
+
+def run(state: RunState) -> None:
+    assert state.engine is not None
+    engine, results = state.engine, state.results
+    variants = _confirm_variants(state)
+    repeats = state.plan.repeats
+    reference = state.baseline_records()
+    done = {
+        (vr.name, r.request_id, r.repeat)
+        for vr in (state.variant_result(v) for v in variants)
+        for r in vr.measured_requests
+    }
+    total = len(variants) * len(state.requests) * repeats
+    state.reporter.phase("confirm", total, f"confirming {len(variants) - 1} candidate(s) x {repeats} repeat(s)")
+    for _ in range(len(done)):
+        state.reporter.advance()
+    if len(done) < total:
+        for variant in variants:  # untimed warm-up per variant (first-call costs stay out of the figures)
+            engine.warmup(state.requests[0], variant, max_tokens=WARMUP_TOKENS)
+    for repeat in range(repeats):
+        for request in state.requests:
+            changed = False
+            for variant in variants:  # A B C D per request and repeat: drift hits every variant alike
+                if (variant.name, request.id, repeat) in done:
+                    continue
+                record = engine.generate(request, variant, max_tokens=state.max_tokens, repeat=repeat)
+                if request.id in reference:
+                    compare_to_baseline(record, reference[request.id])
+                state.variant_result(variant).measured_requests.append(record)
+                changed = True
+                state.reporter.advance(f"{request.id} {variant.name}")
+            if changed:
+                state.save()  # after each request's batch of variants
+    state.reporter.end_phase()
+    baseline_rows = state.variant_result(BASELINE).measured_requests
+    for variant in variants:
+        vr = state.variant_result(variant)
+        vr.confirmed = True
+        others = baseline_rows if variant.is_speculative else None
+        vr.measured = summarize_with_intervals(vr.measured_requests, others)
+        vr.per_category = summarize_by_category(vr.measured_requests, others)
+        mismatched = sorted({r.request_id for r in vr.measured_requests if r.lossless is False})
+        if mismatched and variant.is_speculative:
+            vr.disqualified = f"greedy output differs from the baseline's on request(s) {', '.join(mismatched)}"
+        elif mismatched:
+            results.notes.append(
+                "the baseline's own output changed between runs on request(s) "
+                f"{', '.join(mismatched)} (non-deterministic decoding on this device)"
+            )

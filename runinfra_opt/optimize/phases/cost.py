@@ -1,0 +1,108 @@
+"""Phases `cost` and `check_cost`: the measured cost model, and its check against the baseline pass.
+
+`cost` reads `state.engine` (its `COST_TABLE` capability) and `state.space`; it measures (or reads from the
+cache) forward/prefill times of the target and of each variant's drafter, fits the cost model
+and fills `state.cost` (recorded in `results.cost_model` and `<run dir>/cost_model.json`; `restore` rebuilds
+`state.cost` from there on resume).
+
+`check_cost` (after the baseline pass) compares the raw model's prediction of the baseline pass with its
+measured time and measures once again when a cached model is too slow (measured on a busy machine).
+"""
+
+from __future__ import annotations
+
+import json
+
+from runinfra_opt.fsutil import atomic_write_text
+from runinfra_opt.optimize.rundir import COST_MODEL_FILE
+from runinfra_opt.optimize.state import RunState
+
+COST_MISMATCH = 0.30
+"""A cost model whose raw prediction of the measured baseline pass is slower than it by more than this was
+probably measured on a busy machine: measure it again (once) when it came from the cache."""
+
+
+def restore(state: RunState) -> None:
+    from runinfra_opt.optimize.costmodel import CostModel
+
+    state.cost = CostModel.from_dict(state.results.cost_model["fitted"])
+
+
+def run(state: RunState) -> None:
+    from runinfra_opt.engine.protocol import drafters_of
+    from runinfra_opt.optimize.costmodel import fit_cost_model
+
+    results = state.results
+    engine = state.profiling_engine()
+    drafters = drafters_of(state.space)
+    quick = state.config.quick_cost
+    state.reporter.phase("cost", engine.cost_steps(drafters, quick=quick), "measuring costs")
+    samples, provenance = engine.measure_costs(
+        drafters,
+        remeasure=state.config.remeasure_cost,
+        quick=quick,
+        on_step=lambda role: state.reporter.advance(role),
+    )
+    state.cost = fit_cost_model(samples)
+    state.reporter.end_phase()
+    results.cost_model = {
+        "fitted": state.cost.to_dict(),
+        "provenance": provenance,
+        "samples": [s.to_dict() for s in samples],
+    }
+    _write(state)
+
+
+def _write(state: RunState) -> None:
+    atomic_write_text(state.run_dir / COST_MODEL_FILE, json.dumps(state.results.cost_model, indent=1))
+
+
+def _baseline_prediction_error(state: RunState) -> float | None:
+    """Raw cost-model prediction (no fitted overheads) of the baseline pass over its measured time, minus 1."""
+    assert state.cost is not None
+    base = list(state.baseline_records().values())
+    measured = sum(r.e2e_s for r in base)
+    if not base or measured <= 0:
+        return None
+    target = state.cost.target
+    predicted = sum(
+        target.prefill(r.prompt_tokens)
+        + sum(target.forward(1, r.prompt_tokens + i) for i in range(1, max(r.output_tokens, 1)))
+        for r in base
+    )
+    return predicted / measured - 1.0
+
+
+def check(state: RunState) -> None:
+    from runinfra_opt.engine.protocol import drafters_of
+    from runinfra_opt.optimize.costmodel import fit_cost_model
+
+    results = state.results
+    error = _baseline_prediction_error(state)
+    if error is None:
+        return
+    results.cost_model["baseline_prediction_error"] = error
+    cached = bool(results.cost_model.get("provenance", {}).get("cached"))
+    # Only a cost model slower than reality is suspect: forwards cannot take longer than the measured steps
+    # that contain them (a faster one is the generate loop's overhead, which the baseline calibrates).
+    if error > COST_MISMATCH and cached:
+        results.notes.append(
+            f"the cached cost model predicted the baseline pass {error:+.0%} off its measured time: measured it again"
+        )
+        with state.timed("cost"):
+            samples, provenance = state.profiling_engine().measure_costs(
+                drafters_of(state.space), remeasure=True, quick=state.config.quick_cost
+            )
+            state.cost = fit_cost_model(samples)
+        results.cost_model.update(
+            {"fitted": state.cost.to_dict(), "provenance": provenance, "samples": [s.to_dict() for s in samples]}
+        )
+        error = _baseline_prediction_error(state)
+        results.cost_model["baseline_prediction_error"] = error
+    if error is not None and error > COST_MISMATCH:
+        results.notes.append(
+            f"the cost model's raw prediction of the baseline pass is {error:+.0%} off its measured time (the "
+            "machine may have been busy while measuring); overheads fitted to the baseline absorb part of it"
+        )
+    results.cost_model["checked"] = True
+    _write(state)

@@ -1,0 +1,94 @@
+"""Phase `load`: the workload (bundled name or path), the models and the engine, the search space.
+
+Reads: `config` (and on resume the recorded workload fingerprint). Fills: `state.workload`, `state.requests`
+(every measurable request), `state.engine` (from the engine registry), `state.max_tokens`, `state.space`
+(the variants the engine can run); records the environment, the models and the space in the results. Runs
+again on resume (it opens the engine).
+"""
+
+from __future__ import annotations
+
+from runinfra_opt.engine.protocol import Capability, Engine
+from runinfra_opt.errors import UserInputError
+from runinfra_opt.optimize.space import build_space
+from runinfra_opt.optimize.state import RunState
+from runinfra_opt.results import ModelInfo
+
+
+def predictive_capable(engine: Engine) -> bool:
+    """Whether the engine can feed the predictor (profiling and a cost table)."""
+    return {Capability.PROFILE, Capability.COST_TABLE} <= engine.capabilities
+
+
+def run(state: RunState) -> None:
+    from runinfra_opt.drafts import measurable_requests
+    from runinfra_opt.engine.registry import open_engine
+    from runinfra_opt.workload import DEFAULT_MAX_TOKENS, DEFAULT_WORKLOAD, load_workload
+
+    config, results, reporter = state.config, state.results, state.reporter
+    reporter.phase("load", 2 + len(config.drafts), "loading")
+    workload = load_workload(
+        config.workload or DEFAULT_WORKLOAD,
+        format=config.workload_format,
+        default_max_tokens=config.max_tokens or DEFAULT_MAX_TOKENS,
+    )
+    if not workload.requests:
+        raise UserInputError(f"{workload.path}: the workload has no requests")
+    if state.resumed and results.workload is not None and results.workload.fingerprint != workload.fingerprint:
+        raise UserInputError(
+            f"--resume: the workload {workload.path} changed since the run started "
+            f"(fingerprint {workload.fingerprint[:12]} vs {results.workload.fingerprint[:12]}); start a new run"
+        )
+    state.workload = workload
+    reporter.advance(f"workload {workload.name}")
+    engine = open_engine(
+        config.engine,
+        config.target,
+        config.drafts,
+        device=config.device,
+        dtype=config.dtype,
+        threads=config.threads,
+        allow_tokenizer_mismatch=config.allow_tokenizer_mismatch,
+        skip_too_long=config.skip_too_long,
+        on_load=reporter.advance,
+    )
+    state.engine = engine
+    # Without --max-tokens every request keeps its own max_tokens (load_workload filled the missing ones).
+    state.max_tokens = config.max_tokens or max(r.max_tokens or DEFAULT_MAX_TOKENS for r in workload.requests)
+    measurable = measurable_requests(
+        engine.prompts, workload.requests, max_tokens=state.max_tokens, source=workload.path, drafts=config.drafts
+    )
+    if not state.resumed:
+        if measurable.too_long:
+            results.notes.append(f"skipped {len(measurable.too_long)} request(s) too long for the target's context")
+        if (note := measurable.trained_on_note()) is not None:
+            results.notes.append(note)
+    state.requests = measurable.requests
+    space = build_space(
+        num_layers=engine.target_layers,
+        drafts=config.drafts,
+        methods=config.methods,
+        lookaheads=config.lookaheads,
+        ngram_max=config.ngram_max,
+        exit_layers=config.exit_layers,
+    )
+    state.space = []
+    for variant in space:
+        reason = engine.supports(variant)
+        if reason is None:
+            state.space.append(variant)
+        elif not state.resumed:
+            results.notes.append(f"left out {variant.name}: the {engine.name} engine cannot run it ({reason})")
+    if not state.resumed and not predictive_capable(engine) and config.strategy == "predictive":
+        results.notes.append(
+            f"the {engine.name} engine cannot profile drafts or measure a cost table: every variant is timed "
+            "(strategy exhaustive) and the cost, profile and predict phases are skipped"
+        )
+    results.environment = engine.environment()
+    target_info, draft_infos = engine.model_infos()
+    results.target = ModelInfo.model_validate(target_info)
+    results.drafts = [ModelInfo.model_validate(d) for d in draft_infos]
+    results.space = [v.name for v in state.space]
+    for variant in state.space:
+        state.variant_result(variant)
+    reporter.end_phase()

@@ -1,0 +1,77 @@
+"""Phase `plan`: subsample requests, stratified by category, so that the run fits `--budget-minutes`.
+
+Reads `state.requests` (every measurable request), `state.engine`, `state.cost`, `state.space`. Fills
+`results.plan` (the planned request ids, repeats, the estimate) and `results.workload`, and narrows
+`state.requests` to the planned ones; `restore` narrows them again from `results.plan` on resume.
+"""
+
+from __future__ import annotations
+
+from runinfra_opt.errors import UserInputError
+from runinfra_opt.optimize.plan import plan_requests
+from runinfra_opt.optimize.state import RunState
+from runinfra_opt.results import Plan, WorkloadInfo
+from runinfra_opt.workload.model import Request
+
+
+def restore(state: RunState) -> None:
+    wanted = set(state.plan.request_ids)
+    state.requests = [r for r in state.requests if r.id in wanted]
+    if len(state.requests) != len(wanted):
+        raise UserInputError("--resume: planned requests are missing from the workload; start a new run")
+
+
+def run(state: RunState) -> None:
+    config, results = state.config, state.results
+    assert state.workload is not None
+    assert state.engine is not None
+    engine, cost, workload = state.engine, state.cost, state.workload
+
+    def estimate(request: Request) -> float:
+        if cost is None:
+            return 0.0  # no cost table on this engine: nothing to plan by, every request is kept
+        prompt = len(engine.prompts.prompt_ids(request))
+        new = engine.prompts.max_new_tokens(request, state.max_tokens)
+        return cost.target.prefill(prompt) + new * cost.target.forward(1, prompt + new // 2)
+
+    timed_variants = len(state.space) - 1 if config.strategy == "exhaustive" else None
+    plan = plan_requests(
+        state.requests,
+        estimate,
+        budget_s=max(state.budget_left(), 1.0),
+        confirm=min(config.confirm, max(len(state.space) - 1, 1)),
+        repeats=config.repeats,
+        seed=config.seed,
+        max_requests=config.max_requests,
+        timed_variants=timed_variants,
+        budget_minutes=config.budget_minutes,
+    )
+    state.requests = [r for r in state.requests if r.id in set(plan.request_ids)]
+    results.plan = Plan(
+        request_ids=plan.request_ids,
+        repeats=plan.repeats,
+        estimate_s=round(plan.estimate_s, 1),
+        budget_s=config.budget_minutes * 60.0,
+        max_tokens=state.max_tokens,
+    )
+    categories: dict[str, int] = {}
+    for r in state.requests:
+        categories[r.category] = categories.get(r.category, 0) + 1
+    results.workload = WorkloadInfo(
+        name=workload.name,
+        path=workload.path,
+        fingerprint=workload.fingerprint,
+        requests=len(workload.requests),
+        used_requests=len(state.requests),
+        categories=categories,
+        subsampled=plan.subsampled,
+    )
+    if plan.subsampled:
+        results.notes.append(plan.subsampled)
+    if cost is None:
+        results.notes.append("no cost model on this engine: the budget does not limit the requests")
+    if config.strategy == "exhaustive" and plan.estimate_s > config.budget_minutes * 60:
+        results.notes.append(
+            f"exhaustive: timing all {len(state.space)} variants is estimated at {plan.estimate_s / 60:.1f} min, "
+            f"over the {config.budget_minutes:g}-minute budget (the budget only limits the requests)"
+        )

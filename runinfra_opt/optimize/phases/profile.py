@@ -1,0 +1,111 @@
+"""Phase `profile`: what the predictor needs to simulate every variant, from one pass per drafting role.
+
+Reads `state.requests`, `state.engine` (its `PROFILE` capability), `state.space`, the baseline pass. One
+teacher-forced pass of each variant's drafter (every early-exit layer from one target pass) over prompt +
+baseline output: per request the agreement flags (greedy requests, `results.profile["agreement"]`) or the acceptance
+probabilities (sampled requests, `results.profile["acceptance"]`); then, for `--strategy predictive`, a short
+calibration run per speculative method (`results.profile["calibration"]`: the generate loop's per-round
+overhead). Each role and each calibration run is saved as it finishes; a resume does only the rest.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from runinfra_opt.methods import Variant
+from runinfra_opt.optimize.state import WARMUP_TOKENS, RunState, agreement_bits
+from runinfra_opt.workload.model import Request
+
+CALIBRATION_REQUESTS = 2
+CALIBRATION_LOOKAHEAD = 4
+CALIBRATION_TOKENS = 48
+"""Calibration runs stop after this many tokens: the per-round overhead does not need whole answers."""
+
+
+def _sequences(state: RunState, requests: Sequence[Request]) -> list[tuple[list[int], list[int]]]:
+    assert state.engine is not None
+    base = state.baseline_records()
+    out = []
+    for r in requests:
+        out.append((state.engine.prompts.prompt_ids(r), list(base[r.id].output_ids or [])))
+    return out
+
+
+def run(state: RunState) -> None:
+    from runinfra_opt.engine.protocol import drafters_of
+
+    results = state.results
+    engine = state.profiling_engine()
+    drafters = drafters_of(state.space)
+    greedy = [r for r in state.requests if r.greedy]
+    sampled = [r for r in state.requests if not r.greedy]
+    agreement: dict[str, dict[str, str]] = results.profile.setdefault("agreement", {})
+    acceptance: dict[str, dict[str, list[float]]] = results.profile.setdefault("acceptance", {})
+    # Model drafters one by one (each saved as it finishes); every early exit from one pass of the target.
+    groups = [[d] for d in drafters if d.model is not None]
+    if any(d.exit_layer is not None for d in drafters):
+        groups.append([d for d in drafters if d.exit_layer is not None])
+    state.reporter.phase("profile", len(groups) + 1, "profiling")
+    if greedy:
+        seqs = _sequences(state, greedy)
+        for group in groups:
+            todo = [d for d in group if d.role not in agreement]
+            if todo:
+                for role, flags in engine.agreement(todo, seqs).items():
+                    agreement[role] = {r.id: agreement_bits(f) for r, f in zip(greedy, flags, strict=True)}
+                state.save()
+            state.reporter.advance(", ".join(d.role for d in group))
+    if sampled:
+        seqs = _sequences(state, sampled)
+        temps = [float(r.temperature or 1.0) for r in sampled]
+        tops = [r.top_p for r in sampled]
+        for drafter in drafters:
+            if drafter.role not in acceptance:
+                probs = engine.acceptance(drafter, seqs, temperature=temps, top_p=tops)
+                acceptance[drafter.role] = {r.id: p for r, p in zip(sampled, probs, strict=True)}
+        results.notes.append(
+            f"{len(sampled)} sampled request(s): predicted from expected acceptance (sum of min(p, q)); "
+            "prompt lookup on them is predicted from the recorded sampled output"
+        )
+    if state.config.strategy == "predictive":
+        # Exhaustive timing does not need the predictor's overheads: it measures every variant anyway.
+        _calibrate(state)
+    state.reporter.advance("calibration")
+    state.reporter.end_phase()
+
+
+def _calibration_variants(space: Sequence[Variant]) -> list[Variant]:
+    """One representative variant per speculative method: the lookahead closest to 4."""
+    chosen: dict[str, Variant] = {}
+    for v in space:
+        if not v.is_speculative:
+            continue
+        best = chosen.get(v.method)
+        if best is None or abs(v.lookahead - CALIBRATION_LOOKAHEAD) < abs(best.lookahead - CALIBRATION_LOOKAHEAD):
+            chosen[v.method] = v
+    return list(chosen.values())
+
+
+def _calibrate(state: RunState) -> None:
+    """Time one representative variant per method on a couple of short requests: the generate loop's extra
+    cost per speculative round (candidate generation, the draft's own generate call) is fitted from them."""
+    assert state.engine is not None
+    assert state.cost is not None
+    results = state.results
+    stored: list[dict[str, Any]] = results.profile.setdefault("calibration", [])
+    base = state.baseline_records()
+    shortest = sorted((r for r in state.requests if r.greedy), key=lambda r: base[r.id].e2e_s)[:CALIBRATION_REQUESTS]
+    done = {(c["variant"], c["request_id"]) for c in stored}
+    cap = min(state.max_tokens, CALIBRATION_TOKENS)
+    for variant in _calibration_variants(state.space):
+        todo = [r for r in shortest if (variant.name, r.id) not in done]
+        if not todo:
+            continue
+        state.engine.warmup(todo[0], variant, max_tokens=WARMUP_TOKENS)
+        for request in todo:
+            record = state.engine.generate(request, variant, max_tokens=cap)
+            stored.append(
+                {"variant": variant.name, "max_tokens": cap, **record.model_dump(exclude={"output_ids"})}
+            )
+            state.save()

@@ -1,0 +1,122 @@
+"""The `optimize` pipeline: predict every variant from one profiling pass, confirm the best by timing, decide.
+
+The phases, in order (one module each under `optimize/phases/`):
+1. `load`: the workload (bundled name or path), the models, the engine and the search space;
+2. `cost`: measure (or read from the cache) forward/prefill times of the target, each draft and each
+   early-exit sub-model, and fit the cost model;
+3. `plan`: subsample requests, stratified by category, so the run fits `--budget-minutes`;
+4. `baseline`: one timed greedy pass over the planned requests (outputs and timings kept);
+5. `check_cost`: the raw cost model against the baseline pass (measured again once if a cached one is off);
+6. `profile`: one teacher-forced pass of each draft, and one target pass for every early-exit layer, over
+   prompt + baseline output; then a short calibration run per speculative method;
+7. `predict`: simulate every variant's passes per request and predict TTFT and end-to-end time;
+8. `confirm`: time the top `--confirm` predicted candidates and the baseline end to end, repeated and
+   interleaved, checking every output against the baseline's (`--strategy exhaustive` times every variant);
+9. `repredict`: the predictions again, with overheads fitted to the confirmation's baseline;
+10. `decide` on measured figures only, and 11. `write` the manifest.
+
+Every finished phase is recorded in `results.phases_done` on disk; `--resume` skips those (restoring what
+later phases need from the results) and, inside an unfinished phase, the trials already recorded.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from runinfra_opt.engine.protocol import Capability
+from runinfra_opt.optimize.config import OptimizeConfig
+from runinfra_opt.optimize.phases import baseline, confirm, cost, decide, load, plan, predict, profile, write
+from runinfra_opt.optimize.rundir import open_run
+from runinfra_opt.optimize.state import Reporter, RunState, Silent
+from runinfra_opt.results import RunResults
+
+
+@dataclass(frozen=True)
+class Phase:
+    name: str
+    run: Callable[[RunState], None]
+    restore: Callable[[RunState], None] | None = None
+    """Rebuilds, on resume, what later phases need from the results of the finished phase."""
+    rerun: bool = False
+    """Runs again on resume even when finished (it opens the engine, or recomputes cheaply from recorded facts)."""
+    timing: str | None = None
+    """The `results.timings_s` key its wall time adds to (None: the phase times what it measures itself)."""
+    needs: frozenset[Capability] = frozenset()
+    """Engine capabilities the phase uses; on an engine without them it is skipped, with a note saying why."""
+
+
+PREDICTOR = frozenset({Capability.PROFILE, Capability.COST_TABLE})
+
+
+PHASES: tuple[Phase, ...] = (
+    Phase("load", load.run, rerun=True, timing="load"),
+    Phase("cost", cost.run, restore=cost.restore, timing="cost", needs=PREDICTOR),
+    Phase("plan", plan.run, restore=plan.restore),
+    Phase("baseline", baseline.run, timing="baseline"),
+    Phase("check_cost", cost.check, needs=PREDICTOR),
+    Phase("profile", profile.run, timing="profile", needs=PREDICTOR),
+    Phase("predict", predict.run, rerun=True, timing="predict", needs=PREDICTOR),
+    Phase("confirm", confirm.run, timing="confirm"),
+    Phase("repredict", predict.run_after_confirm, rerun=True, timing="predict", needs=PREDICTOR),
+    Phase("decide", decide.run, rerun=True, timing="decide"),
+    Phase("write", write.run, rerun=True, timing="decide"),
+)
+
+
+def run_optimize(config: OptimizeConfig, *, resume: str | None = None, reporter: Reporter | None = None) -> RunResults:
+    """Run (or, with `resume` naming a run, resume) the whole pipeline and return the final results (also in
+    `<run dir>/results.json`).
+
+    Raises `NoFeasibleVariantError` (exit 3, no manifest) when no variant satisfies the constraints. With
+    `require_speedup`, a baseline win sets `decision.exit_code` to 4 (the caller exits with it); the results
+    file and the manifest are complete either way."""
+    opened = open_run(config, resume=resume)
+    state = RunState(
+        config=opened.config,
+        run_dir=opened.run_dir,
+        results=opened.results,
+        reporter=reporter or Silent(),
+        resumed=opened.resumed,
+    )
+    try:
+        run_phases(state)
+    except BaseException as exc:
+        if state.results.status == "running":
+            if isinstance(exc, KeyboardInterrupt):
+                state.results.notes.append(f"interrupted after phase {state.results.phase}; resume with --resume")
+            else:
+                state.results.status = "failed"
+                state.results.notes.append(f"failed after phase {state.results.phase}: {exc}")
+            with contextlib.suppress(Exception):
+                state.save()
+        raise
+    finally:
+        if state.engine is not None:
+            state.engine.close()
+    return state.results
+
+
+def run_phases(state: RunState, phases: tuple[Phase, ...] = PHASES) -> None:
+    """Run each phase not finished yet (and those that always run); restore the finished ones' outputs."""
+    for phase in phases:
+        if state.done(phase.name) and not phase.rerun:
+            if phase.restore is not None and phase.name not in state.results.phases_skipped:
+                phase.restore(state)
+            continue
+        missing = phase.needs - (state.engine.capabilities if state.engine is not None else frozenset())
+        if missing:
+            if phase.name not in state.results.phases_skipped:
+                state.results.phases_skipped[phase.name] = (
+                    f"the {state.engine.name if state.engine else '(no)'} engine has no "
+                    f"{', '.join(sorted(missing))} capability"
+                )
+            state.finish_phase(phase.name)
+            continue
+        with state.timed(phase.timing) if phase.timing else contextlib.nullcontext():
+            phase.run(state)
+        state.finish_phase(phase.name)
+    timings = state.results.timings_s
+    timings["total"] = sum(v for k, v in timings.items() if k != "total")
+    state.save()

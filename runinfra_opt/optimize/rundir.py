@@ -1,0 +1,113 @@
+"""Run directories: where an `optimize` run keeps its results (`<runs root>/<UTC time>-<id>/results.json`),
+the `latest` pointer, and how `--resume RUN` finds and reopens a run."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+from runinfra_opt import __version__
+from runinfra_opt.errors import UserInputError
+from runinfra_opt.fsutil import atomic_write_text
+from runinfra_opt.optimize.config import OptimizeConfig
+from runinfra_opt.results import SCHEMA_VERSION, RunResults, load_results, save_results
+
+RESULTS_FILE = "results.json"
+COST_MODEL_FILE = "cost_model.json"
+
+
+def new_run_dir(runs_root: Path) -> Path:
+    """`<runs_root>/<UTC time>-<short id>/`, created."""
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+    path = runs_root / f"{stamp}-{secrets.token_hex(3)}"
+    path.mkdir(parents=True, exist_ok=False)
+    return path
+
+
+def point_latest(runs_root: Path, run_dir: Path) -> None:
+    """Make `<runs_root>/latest` point to `run_dir`: a relative symlink, or a file naming it where symlinks
+    are not possible."""
+    latest = runs_root / "latest"
+    target = os.path.relpath(run_dir.resolve(), runs_root.resolve())
+    tmp = runs_root / f".latest-{os.getpid()}"
+    try:
+        tmp.unlink(missing_ok=True)
+        tmp.symlink_to(target, target_is_directory=True)
+        if latest.is_dir() and not latest.is_symlink():
+            raise OSError("a real directory named latest")
+        tmp.replace(latest)
+    except OSError:
+        tmp.unlink(missing_ok=True)
+        with contextlib.suppress(OSError):
+            if latest.is_symlink():
+                latest.unlink()
+            atomic_write_text(latest, target + "\n")
+
+
+def resolve_run(spec: str, runs_root: Path) -> Path:
+    """A run directory from `--resume RUN`: a path (directory or its results.json), a run id under the runs
+    root, or `latest`."""
+    candidates = [Path(spec).expanduser(), runs_root / spec]
+    for path in candidates:
+        if path.name == RESULTS_FILE and path.is_file():
+            return path.parent
+        if path.is_file() and path.name == "latest":  # a `latest` file naming the run
+            named = (path.parent / path.read_text(encoding="utf-8").strip()).resolve()
+            if (named / RESULTS_FILE).is_file():
+                return named
+        if path.is_dir() and (path / RESULTS_FILE).is_file():
+            return path.resolve()
+    raise UserInputError(f"--resume {spec}: no run with a {RESULTS_FILE} there or under {runs_root}")
+
+
+@dataclass
+class OpenedRun:
+    """A run directory with its results, new or reopened."""
+
+    config: OptimizeConfig
+    """The configuration the run measures with (a resumed run keeps the one it started with)."""
+    run_dir: Path
+    results: RunResults
+    resumed: bool
+
+
+def open_run(config: OptimizeConfig, *, resume: str | None = None) -> OpenedRun:
+    """Create the run directory and its results file, or reopen them for `--resume RUN`."""
+    runs_root = Path(config.runs_root)
+    if resume:
+        run_dir = resolve_run(resume, runs_root)
+        results = load_results(run_dir / RESULTS_FILE)
+        if results.schema_version != SCHEMA_VERSION:
+            raise UserInputError(
+                f"--resume {resume}: {run_dir / RESULTS_FILE} was written by another runinfra-opt version "
+                f"(results schema {results.schema_version}, this one resumes {SCHEMA_VERSION}); start a new run "
+                "(`runinfra-opt report` still reads it)"
+            )
+        stored = OptimizeConfig.from_dict(results.config)
+        # Where to write the manifest may change on resume; nothing that decides what is measured may.
+        stored = stored.with_changes(out=config.out, runs_root=config.runs_root)
+        results.status = "running"
+        results.notes.append(f"resumed at {datetime.now(UTC).isoformat(timespec='seconds')}")
+        return OpenedRun(stored, run_dir, results, resumed=True)
+    if config.run_dir:
+        run_dir = Path(config.run_dir)
+        if (run_dir / RESULTS_FILE).exists():
+            raise UserInputError(f"--run-dir {run_dir}: already holds a run; use --resume {run_dir} to continue it")
+        run_dir.mkdir(parents=True, exist_ok=True)
+    else:
+        run_dir = new_run_dir(runs_root)
+    results = RunResults(
+        tool_version=__version__,
+        run_id=run_dir.name,
+        created_at=datetime.now(UTC).isoformat(timespec="seconds"),
+        config=config.to_dict(),
+    )
+    save_results(results, run_dir / RESULTS_FILE)
+    with contextlib.suppress(OSError):
+        runs_root.mkdir(parents=True, exist_ok=True)
+        point_latest(runs_root, run_dir)
+    return OpenedRun(config, run_dir, results, resumed=False)

@@ -1,0 +1,96 @@
+"""The one request record: what one generation of one request under one variant measured (or was predicted to).
+
+Engines return it, `bench` aggregates it, `optimize` stores it in results.json (measured and predicted) and the
+statistics read it. Raw values; summaries derive from them. Imports nothing heavy and no engine.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+
+class RequestRecord(BaseModel):
+    """One request under one variant: raw measured values (one per repeat) or predicted values.
+
+    `output_ids` is kept where losslessness is checked (measured records); predicted records and calibration
+    runs have none. `output_tokens`, `tpot_s` and `accepted_tokens` are derived from `output_ids` and
+    `accepted_per_pass` when not given."""
+
+    model_config = ConfigDict(extra="allow")
+
+    request_id: str
+    category: str
+    greedy: bool = True
+    repeat: int = 0
+    prompt_tokens: int
+    output_tokens: int
+    ttft_s: float
+    """Request start to the first generated token (seen by a streamer)."""
+    e2e_s: float
+    tpot_s: float | None = None
+    """Time per output token after the first: (e2e - ttft) / (n - 1)."""
+    target_passes: int
+    """Target model forward calls (the prefill counts as one)."""
+    draft_passes: int = 0
+    """Draft model forward calls (early exit: forwards of the shallow sub-model; n-gram: 0)."""
+    drafted_tokens: int = 0
+    """Draft tokens proposed in total."""
+    accepted_tokens: int = 0
+    accepted_per_pass: list[int] = Field(default_factory=list)
+    """Draft tokens accepted at each target verification pass (speculative variants only)."""
+    lossless: bool | None = None
+    """Greedy output identical to the baseline's (None: not compared, or a sampled request)."""
+    first_mismatch: int | None = None
+    """First differing output position against the baseline, when not lossless."""
+    output_ids: list[int] | None = None
+    """The generated token ids (measured records; None where not kept)."""
+    variant: str | None = None
+    """Variant.name, set by the engine (containers of records also key them by variant)."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _derive(cls, data: Any) -> Any:
+        """Fill the derived counts from the raw values when they are not given."""
+        if not isinstance(data, dict):
+            return data
+        data = dict(data)
+        ids = data.get("output_ids")
+        if "output_tokens" not in data and ids is not None:
+            data["output_tokens"] = len(ids)
+        if "tpot_s" not in data and "output_tokens" in data:
+            n = int(data["output_tokens"])
+            data["tpot_s"] = (data["e2e_s"] - data["ttft_s"]) / (n - 1) if n > 1 else None
+        if "accepted_tokens" not in data:
+            data["accepted_tokens"] = sum(data.get("accepted_per_pass") or [])
+        return data
+
+    @property
+    def acceptance_rate(self) -> float | None:
+        return self.accepted_tokens / self.drafted_tokens if self.drafted_tokens else None
+
+    def to_dict(self) -> dict[str, Any]:
+        return self.model_dump()
+
+
+def compare_to_baseline(record: RequestRecord, baseline_record: RequestRecord) -> RequestRecord:
+    """Fill `record.lossless` / `record.first_mismatch` against the baseline's output for the same request.
+
+    Only greedy requests are compared (sampled outputs legitimately differ: lossless stays None). The first
+    mismatch is the first differing position, or the shorter length when one output is a prefix of the other.
+    """
+    if record.request_id != baseline_record.request_id:
+        raise ValueError(f"comparing request {record.request_id} with baseline of {baseline_record.request_id}")
+    if not (record.greedy and baseline_record.greedy):
+        record.lossless, record.first_mismatch = None, None
+        return record
+    ours, theirs = record.output_ids, baseline_record.output_ids
+    if ours is None or theirs is None:
+        raise ValueError(f"request {record.request_id}: no output ids kept to compare")
+    if ours == theirs:
+        record.lossless, record.first_mismatch = True, None
+        return record
+    first = next((i for i, (a, b) in enumerate(zip(ours, theirs, strict=False)) if a != b), min(len(ours), len(theirs)))
+    record.lossless, record.first_mismatch = False, first
+    return record
