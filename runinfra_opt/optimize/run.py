@@ -47,6 +47,7 @@ from runinfra_opt.results import (
     load_results,
     save_results,
 )
+from runinfra_opt.runs import moves_latest
 from runinfra_opt.workload.model import Request, Workload
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -284,9 +285,10 @@ def start_run(config: OptimizeConfig) -> tuple[OptimizeConfig, Path, RunResults,
         config=config.to_dict(),
     )
     save_results(results, run_dir / RESULTS_FILE)
-    with contextlib.suppress(OSError):
-        runs_root.mkdir(parents=True, exist_ok=True)
-        point_latest(runs_root, run_dir)
+    if moves_latest(runs_root, run_dir):  # see runinfra_opt/runs.py
+        with contextlib.suppress(OSError):
+            runs_root.mkdir(parents=True, exist_ok=True)
+            point_latest(runs_root, run_dir)
     return config, run_dir, results, False
 
 
