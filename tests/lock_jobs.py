@@ -29,8 +29,8 @@ def convert(ready: Path, go: Path, spec: str) -> dict[str, Any]:
 
 def costs(ready: Path, go: Path, target: str) -> dict[str, Any]:
     """Measure (or read from the cache) a model's forward costs, with one early-exit layer."""
+    from runinfra_opt.engine.hf_cost import measure_costs
     from runinfra_opt.models import load_model
-    from runinfra_opt.optimize.measure_cost import measure_costs
 
     loaded = load_model(target, device="cpu", dtype="float32")
     _barrier(ready, go)
@@ -41,17 +41,17 @@ def costs(ready: Path, go: Path, target: str) -> dict[str, Any]:
 def teacher(ready: Path, go: Path, target: str, workload: str) -> dict[str, Any]:
     """Generate (or read from the cache) the teacher data of a workload."""
     from runinfra_opt.distill.data import build_teacher_data
-    from runinfra_opt.engine.hf import HFEngine
+    from runinfra_opt.engine.prompts import PromptTokenizer
     from runinfra_opt.models import load_model
     from runinfra_opt.workload import load_workload
 
     loaded = load_model(target, device="cpu", dtype="float32")
-    engine = HFEngine(loaded, threads=1)
+    prompts = PromptTokenizer.for_model(loaded.model, loaded.tokenizer, label=loaded.name)
     requests = load_workload(workload)
     stages: list[str] = []
     _barrier(ready, go)
     data = build_teacher_data(
-        loaded, requests, engine.prompt_ids, max_tokens=16, top_k=4, progress=lambda s, d, t: stages.append(s)
+        loaded, requests, prompts.prompt_ids, max_tokens=16, top_k=4, progress=lambda s, d, t: stages.append(s)
     )
     return {"fingerprint": data.fingerprint, "stages": sorted(set(stages))}
 
