@@ -16,4 +16,6 @@ class ExitCode(IntEnum):
     """A CI gate failed: `optimize --require-speedup` when the baseline wins, or
     `report --compare --max-regression` when the new run regressed beyond noise."""
     INTERRUPTED = 130
-    """Interrupted (Ctrl-C); what was finished is kept on disk."""
+    """Interrupted by SIGINT (Ctrl-C); what was finished is kept on disk (`optimize --resume` continues)."""
+    TERMINATED = 143
+    """Terminated by SIGTERM (how CI systems cancel a job); what was finished is kept on disk."""

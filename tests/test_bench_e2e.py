@@ -10,6 +10,9 @@ from typer.testing import CliRunner
 
 from runinfra_opt.cli.app import app
 
+# The bundled SmolLM2 converts once per session (conftest).
+pytestmark = pytest.mark.usefixtures("shared_model_cache")
+
 
 @pytest.mark.e2e
 def test_ngram_vs_baseline_on_smollm2_is_lossless(runner: CliRunner, tmp_path: Path) -> None:

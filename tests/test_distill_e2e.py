@@ -11,7 +11,7 @@ import pytest
 from runinfra_opt.distill.config import DistillConfig
 from runinfra_opt.distill.pipeline import distill
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("shared_model_cache")]
 
 
 def test_distilled_draft_for_smollm2_shares_the_vocabulary_and_is_cheap(tmp_path: Path) -> None:

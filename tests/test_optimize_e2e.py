@@ -13,6 +13,9 @@ from runinfra_opt.manifest import check_manifest_file
 from runinfra_opt.report.summary import predicted_vs_measured
 from runinfra_opt.results import load_results
 
+# The bundled SmolLM2 converts once per session (conftest).
+pytestmark = pytest.mark.usefixtures("shared_model_cache")
+
 
 @pytest.mark.e2e
 def test_optimize_on_smollm2(runner: CliRunner, tmp_path: Path) -> None:

@@ -11,6 +11,9 @@ from typer.testing import CliRunner
 from runinfra_opt.cli.app import app
 from runinfra_opt.workload import load_workload
 
+# The bundled SmolLM2 converts once per session (conftest).
+pytestmark = pytest.mark.usefixtures("shared_model_cache")
+
 NATIVE = Path(__file__).parent / "workload_fixtures" / "native.jsonl"
 
 

@@ -17,6 +17,7 @@ from rich.console import Console
 from runinfra_opt import __version__
 from runinfra_opt.errors import RuninfraError
 from runinfra_opt.exitcodes import ExitCode
+from runinfra_opt.signals import Terminated, cancellation
 
 err_console = Console(stderr=True, highlight=False, soft_wrap=True)
 
@@ -33,18 +34,23 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 
 def handle_errors(func: F) -> F:
-    """Map domain errors to one clear line on stderr and their exit code; never a traceback for user input."""
+    """Map domain errors to one clear line on stderr and their exit code; never a traceback for user input.
+    SIGTERM and SIGINT stop the command keeping what is finished (see `runinfra_opt.signals`): 143 and 130."""
 
     @wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
-            return func(*args, **kwargs)
+            with cancellation():
+                return func(*args, **kwargs)
         except RuninfraError as exc:
             for line in str(exc).splitlines() or [type(exc).__name__]:
                 err_console.print(f"error: {line}", markup=False)
             raise typer.Exit(int(exc.exit_code)) from None
+        except Terminated:
+            err_console.print("terminated (SIGTERM): what was finished is kept on disk", markup=False)
+            raise typer.Exit(int(ExitCode.TERMINATED)) from None
         except KeyboardInterrupt:
-            err_console.print("interrupted: what was finished is kept on disk", markup=False)
+            err_console.print("interrupted (SIGINT): what was finished is kept on disk", markup=False)
             raise typer.Exit(int(ExitCode.INTERRUPTED)) from None
 
     return wrapper  # type: ignore[return-value]

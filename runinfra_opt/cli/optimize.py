@@ -28,6 +28,7 @@ from runinfra_opt.optimize.config import (
     parse_methods,
     parse_priority,
 )
+from runinfra_opt.optimize.rundir import latest_left_note, moves_latest
 
 if TYPE_CHECKING:  # pragma: no cover
     from rich.progress import Progress, TaskID
@@ -192,6 +193,8 @@ def optimize(
         out=str(out),
         runs_root=str(runs_root),
     )
+    if run_dir is not None and not resume and not moves_latest(runs_root, run_dir):
+        err_console.print(latest_left_note(runs_root, run_dir), markup=False)
     with progress_bar(transient=False) as bar:
         results = run_optimize(config, resume=resume, reporter=_BarReporter(bar))
     _render(results, as_json=as_json)

@@ -1,5 +1,6 @@
 """Teacher data: the target's own greedy continuations of a workload's prompts, and its top-k logits over
-prompt + continuation (soft labels). Generated once and cached under `cache_dir()/distill/`.
+prompt + continuation (soft labels). Generated once and cached under `cache_dir()/distill/`, under a file lock
+(a second process wanting the same data waits, then reuses it).
 
 Generation is batched with left padding (several times the throughput of one request at a time on CPU);
 a sample of requests is regenerated one at a time and compared, and if any differs every request is
@@ -15,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from runinfra_opt.locks import cache_lock
 from runinfra_opt.models import cache_dir
 from runinfra_opt.workload.model import Request, Workload
 
@@ -229,21 +231,60 @@ def build_teacher_data(
     """Teacher data for every request of the workload, from the cache when it is there.
 
     `prompt_ids` tokenizes a request exactly as the engine does (`HFEngine.prompt_ids`)."""
-    import torch
-
     target_hash = loaded.resolved.sha256() or loaded.resolved.spec
     where = data_dir(target_hash, workload, max_tokens, top_k, loaded.dtype)
     cached = where / "data.pt"
-    if cached.is_file():
-        saved = torch.load(cached, weights_only=False)
-        if saved.get("version") == DATA_VERSION:
-            progress("teacher data (cached)", 1, 1)
-            return TeacherData(
-                [TeacherSequence(**s) for s in saved["sequences"]],
-                saved["topk_values"],
-                saved["topk_indices"],
-                saved["meta"],
-            )
+    found = _load_cached(cached)
+    if found is None:
+        # A parallel job on a shared cache may be generating the same data: wait for it and reuse its file.
+        with cache_lock(where, "teacher data"):
+            found = _load_cached(cached)
+            if found is None:
+                return _generate_teacher_data(
+                    loaded,
+                    workload,
+                    prompt_ids,
+                    cached,
+                    max_tokens=max_tokens,
+                    top_k=top_k,
+                    progress=progress,
+                    batch_size=batch_size,
+                    target_hash=target_hash,
+                )
+    progress("teacher data (cached)", 1, 1)
+    return found
+
+
+def _load_cached(cached: Path) -> TeacherData | None:
+    """The teacher data saved at `cached`, or None when absent or of another version."""
+    import torch
+
+    if not cached.is_file():
+        return None
+    saved = torch.load(cached, weights_only=False)
+    if saved.get("version") != DATA_VERSION:
+        return None
+    return TeacherData(
+        [TeacherSequence(**s) for s in saved["sequences"]], saved["topk_values"], saved["topk_indices"], saved["meta"]
+    )
+
+
+def _generate_teacher_data(
+    loaded: LoadedModel,
+    workload: Workload,
+    prompt_ids: Callable[[Request], list[int]],
+    cached: Path,
+    *,
+    max_tokens: int,
+    top_k: int,
+    progress: Progress,
+    batch_size: int,
+    target_hash: str,
+) -> TeacherData:
+    """Generate the teacher data and save it to `cached` (atomically). The caller holds the cache lock."""
+    import torch
+
+    where = cached.parent
     requests = workload.requests
     prompts = [list(prompt_ids(r)) for r in requests]
     caps = [request_cap(r, max_tokens) for r in requests]
@@ -280,15 +321,19 @@ def build_teacher_data(
     data = TeacherData(sequences, values, indices, meta)
     where.mkdir(parents=True, exist_ok=True)
     tmp = where / f"data.pt.tmp-{os.getpid()}"
-    torch.save(
-        {
-            "version": DATA_VERSION,
-            "sequences": [s.__dict__ for s in sequences],
-            "topk_values": values,
-            "topk_indices": indices,
-            "meta": meta,
-        },
-        tmp,
-    )
-    tmp.replace(cached)
+    try:
+        torch.save(
+            {
+                "version": DATA_VERSION,
+                "sequences": [s.__dict__ for s in sequences],
+                "topk_values": values,
+                "topk_indices": indices,
+                "meta": meta,
+            },
+            tmp,
+        )
+        tmp.replace(cached)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
     return data

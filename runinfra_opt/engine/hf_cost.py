@@ -11,7 +11,8 @@ baseline, see `costmodel.calibrate_overheads`); clocks read after a CUDA
 synchronize. Verification is not free on a CPU and T(k) is not monotonic in k, so it is a measured table.
 
 Measured samples are cached per model under `cache_dir()/costmodels/<model hash>-<device>-<dtype>-t<threads>.json`
-so later runs skip the measurement (`--remeasure-cost` forces it).
+so later runs skip the measurement (`--remeasure-cost` forces it). Each file is read, completed and written
+under a file lock: a second process measuring the same model waits, then reuses the samples.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from runinfra_opt.fsutil import atomic_write_text
+from runinfra_opt.locks import cache_lock
 from runinfra_opt.models import cache_dir
 
 COST_CACHE_VERSION = 2
@@ -233,33 +235,42 @@ def measure_costs(
         path = cost_cache_path(model_hash, loaded.device, loaded.dtype, threads)
         if quick:
             path = path.with_name(path.stem + "-quick.json")
-        cached = None if remeasure else _read_cache(path)
-        entry: dict[str, Any] = cached or {"version": COST_CACHE_VERSION, "model": loaded.resolved.spec, "roles": {}}
-        wanted = {"self": None} | ({f"early_exit:{layer}": layer for layer in exit_layers} if role == "target" else {})
-        changed = False
-        for key, layers in wanted.items():
-            role_name = role if key == "self" else key
-            if key in entry["roles"]:
-                samples += [CostSample.from_dict({**s, "role": role_name}) for s in entry["roles"][key]]
-                provenance["cached"].append(role_name)
-                continue
-            is_target_self = role == "target" and key == "self"
-            measured = measure_model(
-                loaded.model,
-                role_name,
-                tokens=token_sizes if is_target_self else tuple(k for k in DRAFT_TOKENS if not quick or k <= 3),
-                contexts=contexts,
-                prefill_lengths=prefills,
-                repeats=repeats,
-                layers=layers,
-                on_step=functools.partial(on_step, role_name) if on_step else None,
+        # Read, measure what is missing and write under the file's lock: a parallel job on a shared cache waits
+        # (rather than timing forwards while this one does, which would slow both) and then reuses the samples.
+        with cache_lock(path, f"forward-cost samples of {loaded.resolved.name}"):
+            cached = None if remeasure else _read_cache(path)
+            entry: dict[str, Any] = cached or {
+                "version": COST_CACHE_VERSION,
+                "model": loaded.resolved.spec,
+                "roles": {},
+            }
+            wanted = {"self": None} | (
+                {f"early_exit:{layer}": layer for layer in exit_layers} if role == "target" else {}
             )
-            entry["roles"][key] = [s.to_dict() for s in measured]
-            samples += measured
-            provenance["measured"].append(role_name)
-            changed = True
-        if changed:
-            atomic_write_text(path, json.dumps(entry, indent=1))
+            changed = False
+            for key, layers in wanted.items():
+                role_name = role if key == "self" else key
+                if key in entry["roles"]:
+                    samples += [CostSample.from_dict({**s, "role": role_name}) for s in entry["roles"][key]]
+                    provenance["cached"].append(role_name)
+                    continue
+                is_target_self = role == "target" and key == "self"
+                measured = measure_model(
+                    loaded.model,
+                    role_name,
+                    tokens=token_sizes if is_target_self else tuple(k for k in DRAFT_TOKENS if not quick or k <= 3),
+                    contexts=contexts,
+                    prefill_lengths=prefills,
+                    repeats=repeats,
+                    layers=layers,
+                    on_step=functools.partial(on_step, role_name) if on_step else None,
+                )
+                entry["roles"][key] = [s.to_dict() for s in measured]
+                samples += measured
+                provenance["measured"].append(role_name)
+                changed = True
+            if changed:
+                atomic_write_text(path, json.dumps(entry, indent=1))
         provenance["cache_files"].append(str(path))
     return samples, provenance
 

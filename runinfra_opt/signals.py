@@ -1,0 +1,48 @@
+"""Cancellation as CI systems do it: SIGTERM (then SIGKILL after a grace period), or SIGINT (Ctrl-C).
+
+Both signals raise an exception in the main thread: SIGINT Python's own `KeyboardInterrupt`, SIGTERM
+`Terminated`, a subclass of it. Every place that keeps finished work on an interruption (`optimize` writes its
+results file with an "interrupted" note; `draft distill` saves a checkpoint; engines close their servers and
+workers in `finally`) therefore handles both alike, and the CLI maps them to exit codes 130 and 143
+(128 + the signal's number, as shells do). The measurement in flight when the signal arrives is dropped, not
+waited for: a grace period is short (GitHub Actions sends SIGINT, SIGTERM 7.5 s later, SIGKILL 2.5 s after),
+and everything finished before it is already on disk.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from types import FrameType
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM arrived: stop now, keeping what is finished (exit 143)."""
+
+
+def _raise_terminated(signum: int, frame: FrameType | None) -> None:
+    raise Terminated
+
+
+@contextmanager
+def cancellation() -> Iterator[None]:
+    """Within the block, SIGTERM raises `Terminated` and SIGINT `KeyboardInterrupt` (unless SIGINT was ignored
+    by whoever started this process, e.g. `nohup`). Only the main thread can install handlers: elsewhere
+    the block changes nothing."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous_term = signal.signal(signal.SIGTERM, _raise_terminated)
+    previous_int = signal.getsignal(signal.SIGINT)
+    if previous_int is not signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        # getsignal() gives None for a handler not installed from Python: leave that one as it is now.
+        if previous_term is not None:
+            signal.signal(signal.SIGTERM, previous_term)
+        if previous_int is not None:
+            signal.signal(signal.SIGINT, previous_int)

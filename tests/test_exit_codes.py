@@ -1,0 +1,184 @@
+"""Exit codes are a contract (README's table): each one driven through the real CLI, in a subprocess of
+`python -m runinfra_opt` (the console script's `main`), including cancellation by SIGINT (130) and by SIGTERM
+(143, how CI systems cancel a job), after which `--resume` finishes the run without redoing finished work."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from runinfra_opt.cli.app import app
+from runinfra_opt.exitcodes import ExitCode
+from runinfra_opt.results import RunResults, load_results, save_results
+from tests.report_fixtures import build_results
+
+INJECTED = (
+    "import runinfra_opt.report.locate as locate\n"
+    "def broken(*args, **kwargs):\n"
+    "    raise RuntimeError('injected internal error')\n"
+    "locate.load_run = broken\n"
+    "from runinfra_opt.cli.app import main\n"
+    "main()\n"
+)
+"""`runinfra-opt` with a bug injected where `report` loads a run: an unexpected exception, not a domain error."""
+
+
+def _cli(*args: str, code: str | None = None, timeout: float = 600) -> subprocess.CompletedProcess[str]:
+    head = ["-c", code] if code else ["-m", "runinfra_opt"]  # sys.argv[1:] is `args` either way
+    return subprocess.run(
+        [sys.executable, *head, *args], capture_output=True, text=True, timeout=timeout, check=False
+    )
+
+
+def _save(tmp_path: Path, name: str, results: RunResults) -> str:
+    save_results(results, tmp_path / name / "results.json")
+    return str(tmp_path / name)
+
+
+def _tiny_workload(tmp_path: Path, n: int) -> Path:
+    path = tmp_path / "tiny.jsonl"
+    requests = [
+        {"id": f"r{i}", "category": "chat" if i % 2 else "echo", "prompt": "abc abc hello " * (1 + i % 3),
+         "max_tokens": 48}
+        for i in range(n)
+    ]  # fmt: skip
+    path.write_text("".join(json.dumps(r) + "\n" for r in requests), encoding="utf-8")
+    return path
+
+
+def _optimize_args(tiny_models: tuple[Path, Path], tmp_path: Path, requests: int) -> list[str]:
+    target, draft = tiny_models
+    return [
+        "optimize", "--workload", str(_tiny_workload(tmp_path, requests)), "--target", str(target),
+        "--draft", str(draft), "--lookahead", "2,4", "--ngram-max", "2", "--exit-layers", "2", "--confirm", "2",
+        "--repeats", "1", "--threads", "1", "--run-dir", str(tmp_path / "run"), "--out", str(tmp_path / "m.yaml"),
+    ]  # fmt: skip
+
+
+def ok(tmp_path: Path, tiny_models: tuple[Path, Path]) -> subprocess.CompletedProcess[str]:
+    run = _save(tmp_path, "run", build_results())
+    result = _cli("report", run, "--format", "markdown")
+    assert "Winner: ngram-n2-k4" in result.stdout
+    return result
+
+
+def internal_error(tmp_path: Path, tiny_models: tuple[Path, Path]) -> subprocess.CompletedProcess[str]:
+    result = _cli("report", _save(tmp_path, "run", build_results()), code=INJECTED)
+    assert "RuntimeError: injected internal error" in result.stderr
+    return result
+
+
+def bad_input(tmp_path: Path, tiny_models: tuple[Path, Path]) -> subprocess.CompletedProcess[str]:
+    result = _cli("optimize", "--methods", "ngram,telepathy")
+    assert result.stderr.startswith("error: ")
+    assert "telepathy" in result.stderr
+    assert "Traceback" not in result.stderr
+    return result
+
+
+def no_feasible(tmp_path: Path, tiny_models: tuple[Path, Path]) -> subprocess.CompletedProcess[str]:
+    result = _cli(*_optimize_args(tiny_models, tmp_path, 1), "--max-ttft-ms", "0.001")
+    assert not (tmp_path / "m.yaml").exists()
+    assert load_results(tmp_path / "run" / "results.json").status == "no_feasible"
+    return result
+
+
+def gate_failed(tmp_path: Path, tiny_models: tuple[Path, Path]) -> subprocess.CompletedProcess[str]:
+    old = _save(tmp_path, "old", build_results())
+    new = _save(tmp_path, "new", build_results(run_id="new", scales={"ngram-n2-k4": 0.8}))
+    result = _cli("report", "--compare", old, new, "--max-regression", "0.05")
+    assert "error: Gate FAILED" in result.stderr
+    return result
+
+
+def _cancelled(sig: signal.Signals) -> Callable[[Path, tuple[Path, Path]], subprocess.CompletedProcess[str]]:
+    def scenario(tmp_path: Path, tiny_models: tuple[Path, Path]) -> subprocess.CompletedProcess[str]:
+        return _cancel_and_resume(tmp_path, tiny_models, sig)
+
+    return scenario
+
+
+ROWS: dict[ExitCode, Callable[[Path, tuple[Path, Path]], subprocess.CompletedProcess[str]]] = {
+    ExitCode.OK: ok,
+    ExitCode.INTERNAL: internal_error,
+    ExitCode.BAD_INPUT: bad_input,
+    ExitCode.NO_FEASIBLE: no_feasible,
+    ExitCode.GATE_FAILED: gate_failed,
+    ExitCode.INTERRUPTED: _cancelled(signal.SIGINT),
+    ExitCode.TERMINATED: _cancelled(signal.SIGTERM),
+}
+
+
+def test_every_documented_exit_code_has_a_row() -> None:
+    assert set(ROWS) == set(ExitCode)
+
+
+@pytest.mark.parametrize("code", list(ROWS), ids=[f"{int(c)}-{c.name.lower()}" for c in ROWS])
+def test_exit_code_through_the_real_cli(code: ExitCode, tmp_path: Path, tiny_models: tuple[Path, Path]) -> None:
+    result = ROWS[code](tmp_path, tiny_models)
+    assert result.returncode == int(code), result.stderr[-3000:]
+
+
+def _measured(results: RunResults) -> dict[tuple[str, str, int], float]:
+    return {(v.name, r.request_id, r.repeat): r.e2e_s for v in results.variants for r in v.measured_requests}
+
+
+def _confirming(path: Path) -> dict[tuple[str, str, int], float] | None:
+    """What the confirmation phase has timed so far, once it has timed something (None before)."""
+    try:
+        results = load_results(path)
+    except Exception:  # not written yet
+        return None
+    timed = _measured(results)
+    return timed if any(name != "baseline" for name, _, _ in timed) else None
+
+
+def _cancel_and_resume(
+    tmp_path: Path, tiny_models: tuple[Path, Path], sig: signal.Signals
+) -> subprocess.CompletedProcess[str]:
+    """Start `optimize`, signal it in the middle of its confirmation phase, check what it kept, then finish it
+    with `--resume` (in-process) and check that nothing kept was timed again."""
+    results_file = tmp_path / "run" / "results.json"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "runinfra_opt", *_optimize_args(tiny_models, tmp_path, 8)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    deadline = time.monotonic() + 600
+    while (timed := _confirming(results_file)) is None:
+        assert proc.poll() is None, f"optimize ended before it was signalled: {proc.communicate()}"
+        assert time.monotonic() < deadline, "confirmation did not start"
+        time.sleep(0.01)
+    assert proc.poll() is None, "optimize finished before it was signalled: make the run longer"
+    os.kill(proc.pid, sig)
+    stdout, stderr = proc.communicate(timeout=120)
+    result = subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr)
+    word = {signal.SIGINT: "interrupted (SIGINT)", signal.SIGTERM: "terminated (SIGTERM)"}[sig]
+    assert f"{word}: what was finished is kept on disk" in stderr
+    assert "Traceback" not in stderr
+    kept = load_results(results_file)
+    assert kept.status == "running"
+    assert kept.phase == "predict"  # confirmation had started and not finished
+    assert any(note.startswith("interrupted after phase predict") for note in kept.notes)
+    before = _measured(kept)
+    assert timed.items() <= before.items()  # everything seen finished before the signal is on disk, unchanged
+    assert not (tmp_path / "m.yaml").exists()
+
+    resume = ["optimize", "--resume", str(tmp_path / "run"), "--out", str(tmp_path / "m.yaml")]
+    resumed = CliRunner().invoke(app, resume)
+    assert resumed.exit_code == 0, resumed.output
+    final = load_results(results_file)
+    assert final.status == "complete"
+    after = _measured(final)
+    assert before.items() <= after.items()  # kept records were not timed again
+    assert len(after) > len(before)
+    assert (tmp_path / "m.yaml").is_file()
+    return result
