@@ -1,6 +1,6 @@
-"""The lines under `optimize`'s end-of-run table (report/summary.py) that answer what a first run asks: which variant is best for
-each category, where the draft models stand against n-gram prompt lookup, and where the run's time went.
-Pure functions of the results (None when the run has nothing to say on a point)."""
+"""The lines under `optimize`'s end-of-run table (report/summary.py) that answer what a first run asks:
+which variant is best for each category, where the draft models stand against n-gram prompt lookup, and
+where the run's time went. Pure functions of the results (None when the run has nothing to say on a point)."""
 
 from __future__ import annotations
 
