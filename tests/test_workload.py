@@ -484,6 +484,14 @@ def test_bundled_names_work_everywhere(runner: CliRunner, tmp_path: Path, monkey
     result = workload_cli(runner, "inspect", "mixed", "--json")
     assert result.exit_code == 0, result.output
     assert json.loads(result.stdout)["name"] == "mixed"
+    (bundled / "history").mkdir()
+    (bundled / "history" / "mixed.jsonl").write_text((FIXTURES / "native.jsonl").read_text())
+    result = workload_cli(runner, "validate", "history/mixed")
+    assert result.exit_code == 0, result.output
+    result = workload_cli(runner, "validate", "history/other")
+    assert result.exit_code == 2
+    assert "unknown workload 'history/other'" in result.output
+    assert "mixed, history/mixed" in result.output
     result = workload_cli(runner, "convert", "mixed", "--out", "copy.jsonl")
     assert result.exit_code == 0, result.output
     result = runner.invoke(app, ["workload", "list"], env={"COLUMNS": "200"})
@@ -494,6 +502,7 @@ def test_bundled_names_work_everywhere(runner: CliRunner, tmp_path: Path, monkey
     listed = json.loads(workload_cli(runner, "list", "--json").stdout)
     assert listed[0]["name"] == "mixed"
     assert listed[0]["requests"] == 3
+    assert listed[1]["name"] == "history/mixed"
 
 
 def test_a_file_wins_over_a_bundled_name(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -503,7 +512,7 @@ def test_a_file_wins_over_a_bundled_name(tmp_path: Path, monkeypatch: pytest.Mon
 
 
 # ------------------------------------------------------------------------------------------ the bundled samples
-BUNDLED = ("chat", "code", "json", "mixed", "summarize")
+BUNDLED = ("chat", "code", "json", "mixed", "summarize", "history/mixed")
 
 
 def test_the_bundled_workloads_are_listed() -> None:
@@ -524,3 +533,18 @@ def test_every_bundled_workload_inspects_as_a_table(runner: CliRunner, name: str
     assert f"workload {name} (sha256:" in result.stdout
     for title in ("Traffic", "Lengths (characters)", "Per category"):
         assert title in result.stdout
+
+
+def test_the_bundled_history_is_other_traffic_of_the_samples_kinds() -> None:
+    """The demo distils drafts from history/mixed and measures them on mixed: same categories, no shared
+    prompt (a shared one would be left out of the measurement as trained-on), enough to train per category."""
+    from runinfra_opt.distill.split import holdout_split
+    from runinfra_opt.workload.fingerprint import prompt_digest
+
+    history, sample = load_workload("history/mixed"), load_workload("mixed")
+    assert {r.category for r in history.requests} == {r.category for r in sample.requests}
+    assert not {prompt_digest(r) for r in history.requests} & {prompt_digest(r) for r in sample.requests}
+    train, held = holdout_split(history.requests, 0.25)
+    for category in {r.category for r in history.requests}:
+        assert sum(1 for i in train if history.requests[i].category == category) >= 6, category
+        assert any(history.requests[i].category == category for i in held), category

@@ -172,7 +172,7 @@ def list_command(
         return
     table = Table(title="Bundled workloads", title_justify="left")
     for column in ("name", "requests", "categories", "description"):
-        table.add_column(column, justify="right" if column == "requests" else "left")
+        table.add_column(column, justify="right" if column == "requests" else "left", no_wrap=column == "name")
     table.add_column("fingerprint", no_wrap=True, min_width=len("sha256:") + 12)
     for info in infos:
         table.add_row(

@@ -11,7 +11,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from runinfra_opt.report import view
+from runinfra_opt.report import answer, view
 from runinfra_opt.results import RunResults
 
 PREDICTED_ONLY_SHOWN = 5
@@ -111,9 +111,14 @@ def render_summary(results: RunResults, console: Console) -> None:
     if results.workload and results.workload.subsampled:
         console.print(Text(f"Note: {results.workload.subsampled}"))
     console.print(Text(decision_sentence(results), style="bold"))
+    for line in (answer.category_line(results), answer.drafts_line(results)):
+        if line:
+            console.print(Text(line))
     manifest = next((n for n in reversed(results.notes) if n.startswith("manifest written to ")), None)
     if manifest:
         console.print(Text(manifest[0].upper() + manifest[1:] + f"; full report: runinfra-opt report {results.run_id}"))
+    if timings := answer.timings_line(results):
+        console.print(Text(timings, style="dim"))
 
 
 def predicted_vs_measured(results: RunResults) -> list[dict[str, Any]]:

@@ -29,7 +29,11 @@ BUNDLED_DESCRIPTIONS = {
     "code": "modify or extend given code",
     "summarize": "answer or summarize from a long given passage (RAG-like)",
     "mixed": "all four interleaved, a few sampled requests (the default)",
+    "history/mixed": "earlier requests of mixed's kinds: the demo distils its drafts from them",
 }
+HISTORY_DIR = "history"
+"""Bundled traffic histories (`workloads/history/NAME.jsonl`, named `history/NAME`): earlier requests of the
+same kinds as a bundled sample, for distilling drafts that are then measured on the sample itself."""
 _PATH_SUFFIXES = (".jsonl", ".json", ".ndjson", ".csv", ".parquet", ".pq")
 
 
@@ -39,8 +43,23 @@ def bundled_dir() -> Path:
 
 
 def bundled_names() -> list[str]:
+    """Samples (`NAME`) first, then histories (`history/NAME`), each sorted."""
     folder = bundled_dir()
-    return sorted(p.stem for p in folder.glob("*.jsonl")) if folder.is_dir() else []
+    if not folder.is_dir():
+        return []
+    samples = sorted(p.stem for p in folder.glob("*.jsonl"))
+    return samples + sorted(f"{HISTORY_DIR}/{p.stem}" for p in (folder / HISTORY_DIR).glob("*.jsonl"))
+
+
+def _bundled_file(spec: str) -> Path | None:
+    """The file of a bundled name (`NAME` or `history/NAME`), or None when `spec` names none."""
+    parts = spec.split("/")
+    if len(parts) > 2 or (len(parts) == 2 and parts[0] != HISTORY_DIR) or not all(parts):
+        return None
+    if any(part in (".", "..") or os.sep in part for part in parts):
+        return None
+    path = bundled_dir().joinpath(*parts[:-1], f"{parts[-1]}.jsonl")
+    return path if path.is_file() else None
 
 
 @dataclass(frozen=True)
@@ -57,14 +76,16 @@ def resolve_workload(spec: str, *, format: str | None = None) -> WorkloadSource:
     """A bundled name or a path -> the file and its format (given, or detected from extension + first record)."""
     fmt = check_format(format) if format is not None else None
     path = Path(spec).expanduser()
-    bundled = bundled_dir() / f"{spec}.jsonl"
+    bundled = _bundled_file(spec)
     if path.is_file():
         source = WorkloadSource(path.stem, path, "", False)
-    elif "/" not in spec and os.sep not in spec and bundled.is_file():
+    elif bundled is not None:
         source = WorkloadSource(spec, bundled, "", True)
     elif path.is_dir():
         raise UserInputError(f"{spec}: is a directory, not a workload file")
-    elif path.suffix.lower() in _PATH_SUFFIXES or "/" in spec or os.sep in spec:
+    elif path.suffix.lower() in _PATH_SUFFIXES or (
+        ("/" in spec or os.sep in spec) and not spec.startswith(f"{HISTORY_DIR}/")
+    ):
         raise UserInputError(f"{spec}: no such file")
     else:
         available = ", ".join(bundled_names()) or "none installed"
@@ -202,7 +223,7 @@ class BundledInfo:
 
 
 def list_bundled() -> list[BundledInfo]:
-    """The bundled workloads (`workloads/*.jsonl`), each read and validated."""
+    """The bundled workloads (`workloads/*.jsonl`, then `workloads/history/*.jsonl`), each read and validated."""
     infos = []
     for name in bundled_names():
         summary = validate_workload(name)

@@ -1,0 +1,63 @@
+"""The lines under `optimize`'s end-of-run table (report/summary.py) that answer what a first run asks:
+which variant is best for each category, where the draft models stand against n-gram prompt lookup, and
+where the run's time went. Pure functions of the results (None when the run has nothing to say on a point)."""
+
+from __future__ import annotations
+
+from runinfra_opt.report import view
+from runinfra_opt.results import RunResults
+
+TIMED_PHASES = ("load", "cost", "baseline", "profile", "predict", "confirm", "decide")
+"""The phases `optimize` times (results.timings_s), in the order they run."""
+
+
+def category_line(results: RunResults) -> str | None:
+    """`Best per category (measured): chat baseline (8 req), code ngram-n3-k8 1.62x (8 req), ...`."""
+    if results.decision is None or not results.decision.per_category:
+        return None
+    parts = []
+    for c in results.decision.per_category:
+        gain = "" if c.best == "baseline" or c.speedup is None else f" {c.speedup:.2f}x"
+        parts.append(f"{c.category} {c.best}{gain} ({c.requests} req)")
+    return "Best per category (measured, point estimates): " + ", ".join(parts)
+
+
+def _best(rows: list[view.VariantRow]) -> view.VariantRow | None:
+    """The best row: a measured speedup before a predicted one, then the higher speedup."""
+    rows = [r for r in rows if r.speedup is not None]
+    if not rows:
+        return None
+    return max(rows, key=lambda r: (r.speedup_measured, r.speedup.value if r.speedup else 0.0))
+
+
+def _describe(row: view.VariantRow) -> str:
+    how = "measured" if row.speedup_measured else "predicted"
+    accept = "" if row.acceptance_rate is None else f", {row.acceptance_rate:.0%} of drafted tokens accepted"
+    return f"{row.name} {how} {view.fmt_speedup(row.speedup)}{accept}"
+
+
+def drafts_line(results: RunResults) -> str | None:
+    """`Drafts vs n-gram: best draft X predicted 0.55x, ...; best n-gram Y measured 1.40x [...]`; None when
+    the run had no draft model."""
+    rows = [view.variant_row(results, v) for v in results.variants if not v.disqualified]
+    draft = _best([r for r in rows if r.method == "draft"])
+    if draft is None:
+        return None
+    ngram = _best([r for r in rows if r.method == "ngram"])
+    text = f"Drafts vs n-gram: best draft {_describe(draft)}"
+    if ngram is not None:
+        text += f"; best n-gram {_describe(ngram)}"
+    return text
+
+
+def timings_line(results: RunResults) -> str | None:
+    """`Time: load 9 s, cost 41 s, ..., total 6.9 min` from results.timings_s."""
+    timings = results.timings_s
+    phases = [p for p in TIMED_PHASES if p in timings] + sorted(
+        p for p in timings if p not in TIMED_PHASES and p != "total"
+    )
+    if not phases:
+        return None
+    parts = [f"{p} {timings[p]:.0f} s" for p in phases]
+    total = timings.get("total", sum(timings[p] for p in phases))
+    return f"Time: {', '.join(parts)}; total {total / 60:.1f} min"

@@ -1,0 +1,71 @@
+"""The end-of-run answer lines: best per category, drafts against n-gram, time per phase."""
+
+from __future__ import annotations
+
+import io
+
+from rich.console import Console
+
+from runinfra_opt.report import answer
+from runinfra_opt.report.summary import render_summary
+from tests import report_fixtures
+
+
+def _render(results: object) -> str:
+    out = io.StringIO()
+    render_summary(results, Console(width=100, file=out, color_system=None))  # type: ignore[arg-type]
+    return out.getvalue()
+
+
+def test_the_category_line_names_each_categorys_best_variant_and_its_gain() -> None:
+    results = report_fixtures.build_results()
+    assert results.decision is not None
+    line = answer.category_line(results)
+    assert line is not None
+    for c in results.decision.per_category:
+        part = f"{c.category} {c.best}"
+        if c.best != "baseline":
+            part += f" {c.speedup:.2f}x"
+        assert f"{part} ({c.requests} req)" in line
+
+
+def test_a_baseline_winning_a_category_is_named_without_a_gain() -> None:
+    results = report_fixtures.baseline_wins()
+    assert results.decision is not None
+    results.decision.per_category[0].best = "baseline"
+    line = answer.category_line(results)
+    assert line is not None
+    assert f"{results.decision.per_category[0].category} baseline (" in line
+
+
+def test_drafts_are_set_against_the_best_ngram_variant() -> None:
+    line = answer.drafts_line(report_fixtures.build_results())
+    # draft:tiny-draft-k4 was timed (1.38x invented speed); ngram-n2-k4 is the best timed n-gram variant.
+    assert line is not None
+    assert line.startswith("Drafts vs n-gram: best draft draft:tiny-draft-k4 measured ")
+    assert "; best n-gram ngram-n2-k4 measured " in line
+    assert "of drafted tokens accepted" in line
+
+
+def test_a_run_without_drafts_has_no_drafts_line() -> None:
+    assert answer.drafts_line(report_fixtures.baseline_wins()) is None
+
+
+def test_the_timings_line_lists_the_phases_in_run_order_and_the_total() -> None:
+    results = report_fixtures.build_results()
+    results.timings_s = {"confirm": 160.2, "load": 9.4, "baseline": 41.0, "total": 210.6}
+    assert answer.timings_line(results) == "Time: load 9 s, baseline 41 s, confirm 160 s; total 3.5 min"
+    results.timings_s = {}
+    assert answer.timings_line(results) is None
+
+
+def test_the_summary_ends_with_the_decision_the_answer_lines_and_the_time() -> None:
+    results = report_fixtures.build_results()
+    text = _render(results)
+    lines = [line for line in text.splitlines() if line.strip()]
+    decision = next(i for i, line in enumerate(lines) if line.startswith("Use ngram-n2-k4:"))
+    assert "95% CI" in " ".join(lines[decision : decision + 3])
+    rest = "\n".join(lines[decision:])
+    assert "Best per category (measured, point estimates): summarize " in rest
+    assert "Drafts vs n-gram: best draft " in rest
+    assert lines[-1].startswith("Time: baseline 41 s, profile 12 s, confirm 160 s; total 3.6 min")
