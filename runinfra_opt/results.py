@@ -11,7 +11,7 @@ import json
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from runinfra_opt.errors import UserInputError
 from runinfra_opt.fsutil import atomic_write_text
@@ -147,6 +147,22 @@ class Plan(_Model):
     """The variants confirmation times (the baseline first), fixed when confirmation starts."""
 
 
+NoteKind = Literal["info", "left_out", "subsampled", "manifest", "interrupted", "failed"]
+"""What a note is about, so that renderers pick notes by kind, never by their text: `left_out` (requests or
+variants the run did not measure), `subsampled` (the plan's subsampling, also in `workload.subsampled`),
+`manifest` (where the manifest was written), `interrupted` and `failed` (how the run stopped), `info` (the rest)."""
+
+
+class Note(_Model):
+    """One line the run wants the reader to know, with what it is about."""
+
+    kind: NoteKind = "info"
+    text: str
+
+    def __str__(self) -> str:
+        return self.text
+
+
 class RunResults(_Model):
     schema_version: int = SCHEMA_VERSION
     tool: str = "runinfra-opt"
@@ -175,14 +191,29 @@ class RunResults(_Model):
     decision: Decision | None = None
     timings_s: dict[str, float] = Field(default_factory=dict)
     """Wall time per phase."""
-    notes: list[str] = Field(default_factory=list)
+    notes: list[Note] = Field(default_factory=list)
+    """In the order written; files written before notes had kinds hold plain strings, read as `info`."""
     profile: dict[str, Any] = Field(default_factory=dict)
     """`optimize`'s profiling pass: the baseline's per-request records with output ids (`baseline`), and per
     drafting role (`draft:<spec>`, `early_exit:<layer>`) per request the teacher-forced agreement flags as a
     string of 0/1 (`agreement`) or, for sampled requests, the acceptance probabilities (`acceptance`)."""
 
+    @field_validator("notes", mode="before")
+    @classmethod
+    def _plain_notes(cls, value: Any) -> Any:
+        if isinstance(value, list):
+            return [{"kind": "info", "text": note} if isinstance(note, str) else note for note in value]
+        return value
+
     def variant(self, name: str) -> VariantResult | None:
         return next((v for v in self.variants if v.name == name), None)
+
+    def add_note(self, text: str, kind: NoteKind = "info") -> None:
+        self.notes.append(Note(kind=kind, text=text))
+
+    def notes_of(self, *kinds: NoteKind) -> list[Note]:
+        """The notes of these kinds, in the order written."""
+        return [note for note in self.notes if note.kind in kinds]
 
 
 def save_results(results: RunResults, path: Path) -> None:

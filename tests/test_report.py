@@ -349,7 +349,7 @@ def load_results_from_text(text: str) -> RunResults:
 )
 def test_runs_without_a_decision_say_why(status: str, headline: str) -> None:
     results = build_results(winner=None, status=status)
-    results.notes.append("failed after phase confirm: out of memory")
+    results.add_note("failed after phase confirm: out of memory", kind="failed")
     text = table_text(results)
     assert headline in text
     assert "Note: failed after phase confirm: out of memory" in text

@@ -111,7 +111,7 @@ def open_run(config: OptimizeConfig, *, resume: str | None = None) -> OpenedRun:
         # Where to write the manifest may change on resume; nothing that decides what is measured may.
         stored = stored.with_changes(out=config.out, runs_root=config.runs_root)
         results.status = "running"
-        results.notes.append(f"resumed at {datetime.now(UTC).isoformat(timespec='seconds')}")
+        results.add_note(f"resumed at {datetime.now(UTC).isoformat(timespec='seconds')}")
         return OpenedRun(stored, run_dir, results, resumed=True)
     if config.run_dir:
         run_dir = Path(config.run_dir)
