@@ -17,6 +17,7 @@ from runinfra_opt.errors import UserInputError
 from runinfra_opt.fsutil import atomic_write_text
 from runinfra_opt.records import RequestRecord
 
+RESULTS_FILE = "results.json"
 SCHEMA_VERSION = 2
 """2: the plan, the search space and the finished phases are fields of their own (1 kept them in `config`);
 `--resume` needs 2, `report` reads both."""
@@ -218,6 +219,41 @@ class RunResults(_Model):
 
 def save_results(results: RunResults, path: Path) -> None:
     atomic_write_text(path, results.model_dump_json(indent=2))
+
+
+def resolve_run(run: str, runs_dir: Path, *, purpose: str = "report", option: str | None = None) -> Path:
+    """The results file that `run` names: a run directory, a results file, a run id under `runs_dir`, or
+    `latest` (`runs_dir/latest`: a link to the newest run, or a file holding its directory name).
+
+    Errors say there is no run to `purpose` (report, resume) and start with `option RUN` when given."""
+
+    prefix = f"{option} {run}: " if option else ""
+
+    path = Path(run).expanduser()
+    if run != "latest" and path.exists():
+        return path / RESULTS_FILE if path.is_dir() else path
+    if run == "latest":
+        latest = runs_dir / "latest"
+        if latest.is_dir():
+            return latest / RESULTS_FILE
+        if latest.is_file():
+            # A plain file naming the newest run (where symbolic links are not available).
+            name = latest.read_text(encoding="utf-8").strip()
+            if name:
+                target = Path(name) if Path(name).is_absolute() else runs_dir / name
+                return target / RESULTS_FILE
+        if latest.is_symlink():
+            raise UserInputError(f"{prefix}{latest}: points to a run that no longer exists ({latest.readlink()})")
+        raise UserInputError(
+            f"{prefix}no run to {purpose}: {latest} does not exist; run `runinfra-opt optimize` first, "
+            f"or pass a run directory or a {RESULTS_FILE}"
+        )
+    by_id = runs_dir / run
+    if by_id.is_dir():
+        return by_id / RESULTS_FILE
+    raise UserInputError(
+        f"{prefix or run + ': '}no run to {purpose} (no such run directory, results file or run id under {runs_dir})"
+    )
 
 
 def load_results(path: Path) -> RunResults:
