@@ -3,14 +3,15 @@ aggregate the raw records.
 
 `run_variants` is engine-agnostic (anything implementing `Engine` plus `warmup`); `run_bench` loads the
 workload and the models and builds the in-process transformers engine. Losslessness is checked with
-`runinfra_opt.records.compare_to_baseline`, the rule the optimizer shares.
+`runinfra_opt.records.compare_to_baseline`, the rule the optimizer shares. `runinfra_opt.report.bench`
+renders a `BenchResult`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from runinfra_opt.engine.protocol import Engine
 from runinfra_opt.errors import UserInputError
@@ -20,9 +21,6 @@ from runinfra_opt.records import RequestRecord, compare_to_baseline
 from runinfra_opt.results import Interval, Summary
 from runinfra_opt.stats import speedup, summarize
 from runinfra_opt.workload.model import Request, Workload
-
-if TYPE_CHECKING:  # pragma: no cover
-    from rich.table import Table
 
 DEFAULT_MAX_TOKENS = 128
 WARMUP_TOKENS = 8
@@ -261,62 +259,3 @@ def run_bench(
         skipped=[r.id for r in skipped],
         seen_by_draft=[r.id for r in measurable.trained_on],
     )
-
-
-# ---- rendering ----------------------------------------------------------------------------------------------
-
-
-def _ms(values: dict[str, float], key: str) -> str:
-    return f"{values[key] * 1000:.1f}" if key in values else "-"
-
-
-def _fmt(value: float | None, pattern: str) -> str:
-    return "-" if value is None else pattern.format(value)
-
-
-def bench_table(result: BenchResult) -> Table:
-    """The summary table: one column per variant, one row per figure."""
-    from rich.table import Table
-
-    names = list(result.summaries)
-    table = Table(title=f"bench: {result.variant} on {result.workload['name']}", title_justify="left")
-    table.add_column("figure")
-    for name in names:
-        table.add_column(name, justify="right")
-    summaries = [result.summaries[n] for n in names]
-    for label, metric in (("TTFT", "ttft_s"), ("TPOT", "tpot_s"), ("e2e", "e2e_s")):
-        for p in ("p50", "p90", "p99"):
-            table.add_row(f"{label} {p} (ms)", *[_ms(getattr(s, metric), p) for s in summaries])
-    table.add_row("output tokens/s", *[f"{s.tokens_per_s:.2f}" for s in summaries])
-    table.add_row("output tokens", *[str(s.output_tokens) for s in summaries])
-    table.add_row("target passes", *[str(s.target_passes) for s in summaries])
-    table.add_row("accepted per target pass", *[_fmt(s.mean_accepted_per_pass, "{:.2f}") for s in summaries])
-    table.add_row("acceptance rate", *[_fmt(s.acceptance_rate, "{:.1%}") for s in summaries])
-    table.add_row(
-        "lossless",
-        *[("-" if s.lossless is None else "yes" if s.lossless else "NO") for s in summaries],
-    )
-    if result.speedup is not None:
-        sp = result.speedup
-        cells = ["-" if n == BASELINE.name else f"{sp.value:.2f}x [{sp.low:.2f}, {sp.high:.2f}]" for n in names]
-        table.add_row("speedup vs baseline (95% CI)", *cells)
-    return table
-
-
-def bench_notes(result: BenchResult) -> list[str]:
-    """Lines printed under the table: skipped requests, mismatches, untested losslessness."""
-    notes: list[str] = []
-    used = result.workload["used_requests"]
-    notes.append(f"{used} request(s) x {result.config.repeat} repeat(s), max {result.config.max_tokens} new tokens")
-    if result.skipped:
-        notes.append(f"skipped {len(result.skipped)} request(s) too long for the target's context")
-    if result.seen_by_draft:
-        notes.append(
-            f"left out {len(result.seen_by_draft)} request(s) the draft was distilled on: a draft is measured only "
-            "on traffic it has not seen"
-        )
-    for m in result.mismatches:
-        notes.append(f"output differs from the baseline: request {m['request_id']} at token {m['first_mismatch']}")
-    if result.lossless is None and result.config.variant.is_speculative:
-        notes.append("lossless: not checked (no greedy request)")
-    return notes

@@ -11,12 +11,13 @@ import json
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from runinfra_opt.errors import UserInputError
 from runinfra_opt.fsutil import atomic_write_text
 from runinfra_opt.records import RequestRecord
 
+RESULTS_FILE = "results.json"
 SCHEMA_VERSION = 2
 """2: the plan, the search space and the finished phases are fields of their own (1 kept them in `config`);
 `--resume` needs 2, `report` reads both."""
@@ -147,6 +148,22 @@ class Plan(_Model):
     """The variants confirmation times (the baseline first), fixed when confirmation starts."""
 
 
+NoteKind = Literal["info", "left_out", "subsampled", "manifest", "interrupted", "failed"]
+"""What a note is about, so that renderers pick notes by kind, never by their text: `left_out` (requests or
+variants the run did not measure), `subsampled` (the plan's subsampling, also in `workload.subsampled`),
+`manifest` (where the manifest was written), `interrupted` and `failed` (how the run stopped), `info` (the rest)."""
+
+
+class Note(_Model):
+    """One line the run wants the reader to know, with what it is about."""
+
+    kind: NoteKind = "info"
+    text: str
+
+    def __str__(self) -> str:
+        return self.text
+
+
 class RunResults(_Model):
     schema_version: int = SCHEMA_VERSION
     tool: str = "runinfra-opt"
@@ -175,18 +192,68 @@ class RunResults(_Model):
     decision: Decision | None = None
     timings_s: dict[str, float] = Field(default_factory=dict)
     """Wall time per phase."""
-    notes: list[str] = Field(default_factory=list)
+    notes: list[Note] = Field(default_factory=list)
+    """In the order written; files written before notes had kinds hold plain strings, read as `info`."""
     profile: dict[str, Any] = Field(default_factory=dict)
     """`optimize`'s profiling pass: the baseline's per-request records with output ids (`baseline`), and per
     drafting role (`draft:<spec>`, `early_exit:<layer>`) per request the teacher-forced agreement flags as a
     string of 0/1 (`agreement`) or, for sampled requests, the acceptance probabilities (`acceptance`)."""
 
+    @field_validator("notes", mode="before")
+    @classmethod
+    def _plain_notes(cls, value: Any) -> Any:
+        if isinstance(value, list):
+            return [{"kind": "info", "text": note} if isinstance(note, str) else note for note in value]
+        return value
+
     def variant(self, name: str) -> VariantResult | None:
         return next((v for v in self.variants if v.name == name), None)
+
+    def add_note(self, text: str, kind: NoteKind = "info") -> None:
+        self.notes.append(Note(kind=kind, text=text))
+
+    def notes_of(self, *kinds: NoteKind) -> list[Note]:
+        """The notes of these kinds, in the order written."""
+        return [note for note in self.notes if note.kind in kinds]
 
 
 def save_results(results: RunResults, path: Path) -> None:
     atomic_write_text(path, results.model_dump_json(indent=2))
+
+
+def resolve_run(run: str, runs_dir: Path, *, purpose: str = "report", option: str | None = None) -> Path:
+    """The results file that `run` names: a run directory, a results file, a run id under `runs_dir`, or
+    `latest` (`runs_dir/latest`: a link to the newest run, or a file holding its directory name).
+
+    Errors say there is no run to `purpose` (report, resume) and start with `option RUN` when given."""
+
+    prefix = f"{option} {run}: " if option else ""
+
+    path = Path(run).expanduser()
+    if run != "latest" and path.exists():
+        return path / RESULTS_FILE if path.is_dir() else path
+    if run == "latest":
+        latest = runs_dir / "latest"
+        if latest.is_dir():
+            return latest / RESULTS_FILE
+        if latest.is_file():
+            # A plain file naming the newest run (where symbolic links are not available).
+            name = latest.read_text(encoding="utf-8").strip()
+            if name:
+                target = Path(name) if Path(name).is_absolute() else runs_dir / name
+                return target / RESULTS_FILE
+        if latest.is_symlink():
+            raise UserInputError(f"{prefix}{latest}: points to a run that no longer exists ({latest.readlink()})")
+        raise UserInputError(
+            f"{prefix}no run to {purpose}: {latest} does not exist; run `runinfra-opt optimize` first, "
+            f"or pass a run directory or a {RESULTS_FILE}"
+        )
+    by_id = runs_dir / run
+    if by_id.is_dir():
+        return by_id / RESULTS_FILE
+    raise UserInputError(
+        f"{prefix or run + ': '}no run to {purpose} (no such run directory, results file or run id under {runs_dir})"
+    )
 
 
 def load_results(path: Path) -> RunResults:

@@ -11,18 +11,12 @@ import pytest
 from rich.console import Console
 from typer.testing import CliRunner
 
-from runinfra_opt.bench import (
-    BenchConfig,
-    BenchResult,
-    bench_notes,
-    bench_table,
-    make_variant,
-    run_variants,
-)
+from runinfra_opt.bench import BenchConfig, BenchResult, make_variant, run_variants
 from runinfra_opt.cli.app import app
 from runinfra_opt.errors import UserInputError
 from runinfra_opt.methods import BASELINE, Variant
 from runinfra_opt.records import RequestRecord, compare_to_baseline
+from runinfra_opt.report.bench import bench_notes, bench_table
 from runinfra_opt.stats import paired, percentiles, speedup, summarize, tokens_per_s
 from runinfra_opt.workload.model import Request
 

@@ -102,8 +102,8 @@ def test_optimize_on_an_engine_without_profiling(
     assert "generate-only engine has no cost_table, profile capability" in skipped["profile"]
     # Early exit is left out (the engine cannot run it), with a note; the rest is timed, none predicted.
     assert {v.name for v in results.variants} == {"baseline", "ngram-n2-k2", "draft:tiny-draft-k2"}
-    assert any("left out early_exit-l2-k2" in note for note in results.notes)
-    assert any("every variant is timed" in note for note in results.notes)
+    assert any("left out early_exit-l2-k2" in note.text for note in results.notes_of("left_out"))
+    assert any("every variant is timed" in note.text for note in results.notes)
     for v in results.variants:
         assert v.confirmed
         assert v.predicted is None

@@ -167,7 +167,8 @@ def _cancel_and_resume(
     kept = load_results(results_file)
     assert kept.status == "running"
     assert kept.phase == "predict"  # confirmation had started and not finished
-    assert any(note.startswith("interrupted after phase predict") for note in kept.notes)
+    interrupted = [note.text for note in kept.notes_of("interrupted")]
+    assert interrupted == ["interrupted after phase predict; resume with --resume"]
     before = _measured(kept)
     assert timed.items() <= before.items()  # everything seen finished before the signal is on disk, unchanged
     assert not (tmp_path / "m.yaml").exists()

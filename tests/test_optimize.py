@@ -292,7 +292,7 @@ def test_inflated_cached_cost_model_is_measured_again(
     second = runner.invoke(app, [*args, "--run-dir", str(tmp_path / "r2")])
     assert second.exit_code == 0, second.output
     results = load_results(tmp_path / "r2" / "results.json")
-    assert any("measured it again" in note for note in results.notes)
+    assert any("measured it again" in note.text for note in results.notes)
     assert results.cost_model["baseline_prediction_error"] < 0.30
 
 

@@ -112,7 +112,7 @@ def test_optimize_measures_a_distilled_draft_only_on_prompts_it_was_not_trained_
     assert results.workload is not None
     assert results.workload.used_requests == 1
     assert {r.request_id for v in results.variants for r in v.predicted_requests + v.measured_requests} == {"r3"}
-    assert any("left out 3 of 4 requests that drafts were distilled on" in n for n in results.notes)
+    assert any("left out 3 of 4 requests that drafts were distilled on" in n.text for n in results.notes_of("left_out"))
     assert "Note: left out 3 of 4 requests" in result.output
 
 

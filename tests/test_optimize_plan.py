@@ -11,7 +11,7 @@ from runinfra_opt.methods import Variant
 from runinfra_opt.methods.early_exit import default_exit_layers
 from runinfra_opt.optimize.config import OptimizeConfig, parse_int_list, parse_methods, parse_priority
 from runinfra_opt.optimize.plan import plan_requests, replan_confirmation, stratified_sample
-from runinfra_opt.optimize.rundir import point_latest, resolve_run
+from runinfra_opt.optimize.rundir import point_latest, resumed_run_dir
 from runinfra_opt.optimize.space import build_space
 from runinfra_opt.workload.model import Request
 
@@ -142,8 +142,8 @@ def test_latest_link_and_resume_resolution(tmp_path: Path) -> None:
         (run / "results.json").write_text("{}")
     point_latest(runs, first)
     point_latest(runs, second)
-    assert resolve_run("latest", runs) == second.resolve()
-    assert resolve_run(first.name, runs) == first.resolve()
-    assert resolve_run(str(first / "results.json"), runs) == first
+    assert resumed_run_dir("latest", runs) == second.resolve()
+    assert resumed_run_dir(first.name, runs) == first.resolve()
+    assert resumed_run_dir(str(first / "results.json"), runs) == first
     with pytest.raises(UserInputError, match="no run"):
-        resolve_run("nothing", runs)
+        resumed_run_dir("nothing", runs)

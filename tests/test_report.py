@@ -15,9 +15,8 @@ from typer.testing import CliRunner
 
 from runinfra_opt.cli.app import app
 from runinfra_opt.report import render_csv, render_html, render_json, render_markdown, render_table
-from runinfra_opt.report.locate import resolve_run
 from runinfra_opt.report.view import variant_rows
-from runinfra_opt.results import SCHEMA_VERSION, RunResults, load_results, save_results
+from runinfra_opt.results import SCHEMA_VERSION, RunResults, load_results, resolve_run, save_results
 from tests.report_fixtures import baseline_wins, build_results, running
 
 SNAPSHOTS = Path(__file__).parent / "snapshots"
@@ -349,7 +348,7 @@ def load_results_from_text(text: str) -> RunResults:
 )
 def test_runs_without_a_decision_say_why(status: str, headline: str) -> None:
     results = build_results(winner=None, status=status)
-    results.notes.append("failed after phase confirm: out of memory")
+    results.add_note("failed after phase confirm: out of memory", kind="failed")
     text = table_text(results)
     assert headline in text
     assert "Note: failed after phase confirm: out of memory" in text

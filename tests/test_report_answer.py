@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import io
+import json
+from pathlib import Path
 
 from rich.console import Console
 
-from runinfra_opt.report import answer
+from runinfra_opt.cli.optimize import decision_json
+from runinfra_opt.report import answer, render_markdown
 from runinfra_opt.report.summary import render_summary
+from runinfra_opt.results import load_results
 from tests import report_fixtures
 
 
@@ -69,3 +73,33 @@ def test_the_summary_ends_with_the_decision_the_answer_lines_and_the_time() -> N
     assert "Best per category (measured, point estimates): summarize " in rest
     assert "Drafts vs n-gram: best draft " in rest
     assert lines[-1].startswith("Time: baseline 41 s, profile 12 s, confirm 160 s; total 3.6 min")
+
+
+def test_the_summary_and_the_report_pick_notes_by_kind_not_by_their_text() -> None:
+    results = report_fixtures.build_results()
+    assert results.workload is not None
+    assert results.workload.subsampled is not None
+    results.add_note(results.workload.subsampled, kind="subsampled")
+    results.add_note("resumed at 2026-11-29T23:10:00+00:00")
+    results.add_note("a draft was distilled on 3 requests", kind="left_out")
+    results.add_note("written to out/serve.yaml", kind="manifest")
+    summary = _render(results)
+    assert "Note: a draft was distilled on 3 requests" in summary
+    assert "resumed at" not in summary  # only what changes what was measured
+    assert f"Written to out/serve.yaml; full report: runinfra-opt report {results.run_id}" in summary
+    report = render_markdown(results)
+    assert "- Note: resumed at 2026-11-29T23:10:00+00:00" in report
+    assert "- Note: a draft was distilled on 3 requests" in report
+    assert f"- Note: {results.workload.subsampled}" not in report  # already said once, above the tables
+    assert decision_json(results)["notes"] == [note.text for note in results.notes]  # `optimize --json`
+
+
+def test_notes_written_as_plain_strings_still_load_as_info(tmp_path: Path) -> None:
+    path = tmp_path / "results.json"
+    raw = json.loads(report_fixtures.build_results().model_dump_json())
+    raw["notes"] = ["left out 3 of 4 requests that drafts were distilled on", "manifest written to out/serve.yaml"]
+    path.write_text(json.dumps(raw), encoding="utf-8")
+    results = load_results(path)
+    assert [(n.kind, n.text) for n in results.notes] == [("info", text) for text in raw["notes"]]
+    assert "- Note: manifest written to out/serve.yaml" in render_markdown(results)
+    assert json.loads(results.model_dump_json())["notes"][0] == {"kind": "info", "text": raw["notes"][0]}

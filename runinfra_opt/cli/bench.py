@@ -43,7 +43,8 @@ def bench(
     """Time one variant over a workload, one request at a time, and print TTFT/TPOT/e2e percentiles,
     tokens/s, acceptance and losslessness (and the speedup over the baseline with --vs-baseline)."""
 
-    from runinfra_opt.bench import BenchConfig, bench_notes, bench_table, make_variant, run_bench
+    from runinfra_opt.bench import BenchConfig, make_variant, run_bench
+    from runinfra_opt.report.bench import bench_notes, bench_table
 
     variant = make_variant(method, lookahead=lookahead, draft=draft, ngram_max=ngram_max, exit_layer=exit_layer)
     config = BenchConfig(

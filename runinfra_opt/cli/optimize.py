@@ -210,7 +210,7 @@ def decision_json(results: RunResults) -> dict[str, Any]:
         "status": results.status,
         "decision": decision,
         "workload": results.workload.model_dump() if results.workload else None,
-        "notes": results.notes,
+        "notes": [note.text for note in results.notes],
     }
 
 

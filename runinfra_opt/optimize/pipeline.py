@@ -85,10 +85,12 @@ def run_optimize(config: OptimizeConfig, *, resume: str | None = None, reporter:
     except BaseException as exc:
         if state.results.status == "running":
             if isinstance(exc, KeyboardInterrupt):
-                state.results.notes.append(f"interrupted after phase {state.results.phase}; resume with --resume")
+                state.results.add_note(
+                    f"interrupted after phase {state.results.phase}; resume with --resume", kind="interrupted"
+                )
             else:
                 state.results.status = "failed"
-                state.results.notes.append(f"failed after phase {state.results.phase}: {exc}")
+                state.results.add_note(f"failed after phase {state.results.phase}: {exc}", kind="failed")
             with contextlib.suppress(Exception):
                 state.save()
         raise

@@ -21,9 +21,8 @@ from runinfra_opt import __version__
 from runinfra_opt.errors import UserInputError
 from runinfra_opt.fsutil import atomic_write_text
 from runinfra_opt.optimize.config import OptimizeConfig
-from runinfra_opt.results import SCHEMA_VERSION, RunResults, load_results, save_results
+from runinfra_opt.results import RESULTS_FILE, SCHEMA_VERSION, RunResults, load_results, resolve_run, save_results
 
-RESULTS_FILE = "results.json"
 COST_MODEL_FILE = "cost_model.json"
 
 
@@ -68,20 +67,13 @@ def point_latest(runs_root: Path, run_dir: Path) -> None:
             atomic_write_text(latest, target + "\n")
 
 
-def resolve_run(spec: str, runs_root: Path) -> Path:
-    """A run directory from `--resume RUN`: a path (directory or its results.json), a run id under the runs
-    root, or `latest`."""
-    candidates = [Path(spec).expanduser(), runs_root / spec]
-    for path in candidates:
-        if path.name == RESULTS_FILE and path.is_file():
-            return path.parent
-        if path.is_file() and path.name == "latest":  # a `latest` file naming the run
-            named = (path.parent / path.read_text(encoding="utf-8").strip()).resolve()
-            if (named / RESULTS_FILE).is_file():
-                return named
-        if path.is_dir() and (path / RESULTS_FILE).is_file():
-            return path.resolve()
-    raise UserInputError(f"--resume {spec}: no run with a {RESULTS_FILE} there or under {runs_root}")
+def resumed_run_dir(spec: str, runs_root: Path) -> Path:
+    """The run directory `--resume RUN` names: a directory or its results.json, a run id under the runs root,
+    or `latest` (resolved: the run's own directory, whose name is its id)."""
+    results_file = resolve_run(spec, runs_root, purpose="resume", option="--resume")
+    if results_file.name != RESULTS_FILE or not results_file.is_file():
+        raise UserInputError(f"--resume {spec}: no run with a {RESULTS_FILE} there or under {runs_root}")
+    return results_file.parent.resolve()
 
 
 @dataclass
@@ -99,7 +91,7 @@ def open_run(config: OptimizeConfig, *, resume: str | None = None) -> OpenedRun:
     """Create the run directory and its results file, or reopen them for `--resume RUN`."""
     runs_root = Path(config.runs_root)
     if resume:
-        run_dir = resolve_run(resume, runs_root)
+        run_dir = resumed_run_dir(resume, runs_root)
         results = load_results(run_dir / RESULTS_FILE)
         if results.schema_version != SCHEMA_VERSION:
             raise UserInputError(
@@ -111,7 +103,7 @@ def open_run(config: OptimizeConfig, *, resume: str | None = None) -> OpenedRun:
         # Where to write the manifest may change on resume; nothing that decides what is measured may.
         stored = stored.with_changes(out=config.out, runs_root=config.runs_root)
         results.status = "running"
-        results.notes.append(f"resumed at {datetime.now(UTC).isoformat(timespec='seconds')}")
+        results.add_note(f"resumed at {datetime.now(UTC).isoformat(timespec='seconds')}")
         return OpenedRun(stored, run_dir, results, resumed=True)
     if config.run_dir:
         run_dir = Path(config.run_dir)

@@ -105,18 +105,18 @@ def render_summary(results: RunResults, console: Console) -> None:
     for vr in results.variants:
         if vr.disqualified:
             console.print(Text(f"disqualified {vr.name}: {vr.disqualified}"))
-    for note in results.notes:
-        if note.startswith("left out "):  # requests a draft was trained on: they change what was measured
-            console.print(Text(f"Note: {note}"))
+    for note in results.notes_of("left_out"):  # what the run did not measure changes what its figures mean
+        console.print(Text(f"Note: {note.text}"))
     if results.workload and results.workload.subsampled:
         console.print(Text(f"Note: {results.workload.subsampled}"))
     console.print(Text(decision_sentence(results), style="bold"))
     for line in (answer.category_line(results), answer.drafts_line(results)):
         if line:
             console.print(Text(line))
-    manifest = next((n for n in reversed(results.notes) if n.startswith("manifest written to ")), None)
+    manifest = next(reversed(results.notes_of("manifest")), None)
     if manifest:
-        console.print(Text(manifest[0].upper() + manifest[1:] + f"; full report: runinfra-opt report {results.run_id}"))
+        line = manifest.text[0].upper() + manifest.text[1:]
+        console.print(Text(f"{line}; full report: runinfra-opt report {results.run_id}"))
     if timings := answer.timings_line(results):
         console.print(Text(timings, style="dim"))
 

@@ -89,8 +89,7 @@ def queue_cells(results: RunResults) -> list[list[str]]:
 
 def notes(results: RunResults) -> list[str]:
     """The run's notes, without those already shown (the subsampling line)."""
-    shown = results.workload.subsampled if results.workload else None
-    return [note for note in results.notes if not shown or shown not in note]
+    return [note.text for note in results.notes if note.kind != "subsampled"]
 
 
 def intro_lines(results: RunResults) -> list[str]:

@@ -102,7 +102,7 @@ def _confirm_variants(state: RunState) -> list[Variant]:
         if config.repeats is not None:
             repeats = config.repeats  # an explicit --repeats is kept even over budget
         if (repeats, count) != (planned_repeats, len(ranked)):
-            state.results.notes.append(
+            state.results.add_note(
                 f"confirmation reduced to fit the budget: {count} candidate(s) x {repeats} repeat(s) "
                 f"(planned {len(ranked)} x {planned_repeats})"
             )
@@ -157,7 +157,7 @@ def run(state: RunState) -> None:
         if mismatched and variant.is_speculative:
             vr.disqualified = f"greedy output differs from the baseline's on request(s) {', '.join(mismatched)}"
         elif mismatched:
-            results.notes.append(
+            results.add_note(
                 "the baseline's own output changed between runs on request(s) "
                 f"{', '.join(mismatched)} (non-deterministic decoding on this device)"
             )

@@ -86,7 +86,7 @@ def check(state: RunState) -> None:
     # Only a cost model slower than reality is suspect: forwards cannot take longer than the measured steps
     # that contain them (a faster one is the generate loop's overhead, which the baseline calibrates).
     if error > COST_MISMATCH and cached:
-        results.notes.append(
+        results.add_note(
             f"the cached cost model predicted the baseline pass {error:+.0%} off its measured time: measured it again"
         )
         with state.timed("cost"):
@@ -100,7 +100,7 @@ def check(state: RunState) -> None:
         error = _baseline_prediction_error(state)
         results.cost_model["baseline_prediction_error"] = error
     if error is not None and error > COST_MISMATCH:
-        results.notes.append(
+        results.add_note(
             f"the cost model's raw prediction of the baseline pass is {error:+.0%} off its measured time (the "
             "machine may have been busy while measuring); overheads fitted to the baseline absorb part of it"
         )

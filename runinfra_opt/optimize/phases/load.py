@@ -60,9 +60,9 @@ def run(state: RunState) -> None:
     )
     if not state.resumed:
         if measurable.too_long:
-            results.notes.append(f"skipped {len(measurable.too_long)} request(s) too long for the target's context")
+            results.add_note(f"skipped {len(measurable.too_long)} request(s) too long for the target's context")
         if (note := measurable.trained_on_note()) is not None:
-            results.notes.append(note)
+            results.add_note(note, kind="left_out")
     state.requests = measurable.requests
     space = build_space(
         num_layers=engine.target_layers,
@@ -78,9 +78,11 @@ def run(state: RunState) -> None:
         if reason is None:
             state.space.append(variant)
         elif not state.resumed:
-            results.notes.append(f"left out {variant.name}: the {engine.name} engine cannot run it ({reason})")
+            results.add_note(
+                f"left out {variant.name}: the {engine.name} engine cannot run it ({reason})", kind="left_out"
+            )
     if not state.resumed and not predictive_capable(engine) and config.strategy == "predictive":
-        results.notes.append(
+        results.add_note(
             f"the {engine.name} engine cannot profile drafts or measure a cost table: every variant is timed "
             "(strategy exhaustive) and the cost, profile and predict phases are skipped"
         )

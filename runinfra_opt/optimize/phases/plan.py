@@ -67,11 +67,11 @@ def run(state: RunState) -> None:
         subsampled=plan.subsampled,
     )
     if plan.subsampled:
-        results.notes.append(plan.subsampled)
+        results.add_note(plan.subsampled, kind="subsampled")
     if cost is None:
-        results.notes.append("no cost model on this engine: the budget does not limit the requests")
+        results.add_note("no cost model on this engine: the budget does not limit the requests")
     if config.strategy == "exhaustive" and plan.estimate_s > config.budget_minutes * 60:
-        results.notes.append(
+        results.add_note(
             f"exhaustive: timing all {len(state.space)} variants is estimated at {plan.estimate_s / 60:.1f} min, "
             f"over the {config.budget_minutes:g}-minute budget (the budget only limits the requests)"
         )

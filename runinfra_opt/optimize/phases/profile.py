@@ -64,7 +64,7 @@ def run(state: RunState) -> None:
             if drafter.role not in acceptance:
                 probs = engine.acceptance(drafter, seqs, temperature=temps, top_p=tops)
                 acceptance[drafter.role] = {r.id: p for r, p in zip(sampled, probs, strict=True)}
-        results.notes.append(
+        results.add_note(
             f"{len(sampled)} sampled request(s): predicted from expected acceptance (sum of min(p, q)); "
             "prompt lookup on them is predicted from the recorded sampled output"
         )

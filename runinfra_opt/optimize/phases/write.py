@@ -16,4 +16,4 @@ def run(state: RunState) -> None:
     path = Path(state.config.out)
     write_manifest(path, build_manifest(state.results))
     state.results.status = "complete"
-    state.results.notes.append(f"manifest written to {path}")
+    state.results.add_note(f"manifest written to {path}", kind="manifest")
