@@ -46,8 +46,8 @@ def test_drafts_are_set_against_the_best_ngram_variant() -> None:
     line = answer.drafts_line(report_fixtures.build_results())
     # draft:tiny-draft-k4 was timed (1.38x invented speed); ngram-n2-k4 is the best timed n-gram variant.
     assert line is not None
-    assert line.startswith("Drafts vs n-gram: best draft draft:tiny-draft-k4 measured ")
-    assert "; best n-gram ngram-n2-k4 measured " in line
+    assert line.startswith("Drafts vs other methods: best draft draft:tiny-draft-k4 measured ")
+    assert "; best ngram ngram-n2-k4 measured " in line
     assert "of drafted tokens accepted" in line
 
 
@@ -71,7 +71,7 @@ def test_the_summary_ends_with_the_decision_the_answer_lines_and_the_time() -> N
     assert "95% CI" in " ".join(lines[decision : decision + 3])
     rest = "\n".join(lines[decision:])
     assert "Best per category (measured, point estimates): summarize " in rest
-    assert "Drafts vs n-gram: best draft " in rest
+    assert "Drafts vs other methods: best draft " in rest
     assert lines[-1].startswith("Time: baseline 41 s, profile 12 s, confirm 160 s; total 3.6 min")
 
 

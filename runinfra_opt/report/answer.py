@@ -1,9 +1,11 @@
 """The lines under `optimize`'s end-of-run table (report/summary.py) that answer what a first run asks:
-which variant is best for each category, where the draft models stand against n-gram prompt lookup, and
-where the run's time went. Pure functions of the results (None when the run has nothing to say on a point)."""
+which variant is best for each category, where the draft models stand against the other methods (n-gram
+prompt lookup, early exit), and where the run's time went. Pure functions of the results (None when the run
+has nothing to say on a point)."""
 
 from __future__ import annotations
 
+from runinfra_opt.methods import get_method, method_names
 from runinfra_opt.report import view
 from runinfra_opt.results import RunResults
 
@@ -36,17 +38,26 @@ def _describe(row: view.VariantRow) -> str:
     return f"{row.name} {how} {view.fmt_speedup(row.speedup)}{accept}"
 
 
+def _kind(row: view.VariantRow) -> str | None:
+    """`draft` for a method that drafts with a draft model, the method's name for the other speculative
+    methods, None for the baseline (or a method this version does not know)."""
+    if row.method not in method_names() or not get_method(row.method).speculative:
+        return None
+    return "draft" if get_method(row.method).needs_draft_model else row.method
+
+
 def drafts_line(results: RunResults) -> str | None:
-    """`Drafts vs n-gram: best draft X predicted 0.55x, ...; best n-gram Y measured 1.40x [...]`; None when
-    the run had no draft model."""
+    """`Drafts vs other methods: best draft X predicted 0.55x, ...; best ngram Y measured 1.40x [...]; best
+    early_exit Z ...`; None when the run had no draft model."""
     rows = [view.variant_row(results, v) for v in results.variants if not v.disqualified]
-    draft = _best([r for r in rows if r.method == "draft"])
+    draft = _best([r for r in rows if _kind(r) == "draft"])
     if draft is None:
         return None
-    ngram = _best([r for r in rows if r.method == "ngram"])
-    text = f"Drafts vs n-gram: best draft {_describe(draft)}"
-    if ngram is not None:
-        text += f"; best n-gram {_describe(ngram)}"
+    text = f"Drafts vs other methods: best draft {_describe(draft)}"
+    for kind in sorted({k for r in rows if (k := _kind(r)) not in {None, "draft"}}, key=lambda m: get_method(m).rank):
+        best = _best([r for r in rows if _kind(r) == kind])
+        if best is not None:
+            text += f"; best {kind} {_describe(best)}"
     return text
 
 

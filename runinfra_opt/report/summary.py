@@ -11,7 +11,9 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from runinfra_opt.methods import get_method, method_names
 from runinfra_opt.report import answer, view
+from runinfra_opt.report.text import variant_cells
 from runinfra_opt.results import RunResults
 
 PREDICTED_ONLY_SHOWN = 5
@@ -30,7 +32,7 @@ SHORT_STATUS = {"predicted only": "predicted", "ruled out": "ruled out", "disqua
 
 def _method_key(row: view.VariantRow) -> str:
     """Methods as the summary groups them: each draft model apart, every n-gram size or exit layer together."""
-    return row.family if row.method == "draft" else row.method
+    return row.family if row.method in method_names() and get_method(row.method).needs_draft_model else row.method
 
 
 def summary_rows(results: RunResults) -> list[view.VariantRow]:
@@ -50,17 +52,11 @@ def summary_rows(results: RunResults) -> list[view.VariantRow]:
 
 
 def _cells(row: view.VariantRow) -> list[str]:
-    predicted = not row.ttft_measured
-    return [
-        row.name,
-        view.fmt_num(row.predicted_tokens_per_s),
-        view.fmt_num(row.measured_tokens_per_s),
-        view.fmt_speedup(row.speedup, predicted=not row.speedup_measured),
-        view.fmt_ttft(row),
-        view.fmt_pct(row.acceptance_rate, predicted=predicted),
-        view.fmt_lossless(row.lossless),
-        SHORT_STATUS.get(row.status, row.status),
-    ]
+    """The report's variant cells without acc./pass (the summary keeps to 80 columns), status shortened."""
+    cells = variant_cells(row, short_status=True)
+    del cells[6]
+    cells[-1] = SHORT_STATUS.get(row.status, row.status)
+    return cells
 
 
 def decision_sentence(results: RunResults) -> str:
