@@ -15,7 +15,11 @@ from tests.isolation import changes, snapshot, user_cache_dir
 @pytest.mark.parametrize("name", sorted(GUARDED))
 def test_the_suite_left_user_state_alone(name: str) -> None:
     changed = changes(SNAPSHOTS[name], snapshot(GUARDED[name]))
-    assert not changed, f"the test suite changed the {name} ({GUARDED[name]}):\n" + "\n".join(changed[:20])
+    assert not changed, (
+        f"the {name} ({GUARDED[name]}) changed while the suite ran:\n" + "\n".join(changed[:20]) + "\n(the guard "
+        "compares before and after: another process using the same directory meanwhile, such as a demo or another "
+        "checkout's tests, shows up here too; rerun when it is idle)"
+    )
 
 
 def test_tests_run_in_their_own_directory_and_cache(isolated_cache: Path) -> None:
