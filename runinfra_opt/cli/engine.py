@@ -76,15 +76,14 @@ def list_command(
     if as_json:
         typer.echo(json.dumps([{"engine": "vllm", **env.to_dict()} for env in envs], indent=2))
         return
-    console = Console(highlight=False, soft_wrap=False)
-    console.print("transformers: in-process (always available)", markup=False)
+    typer.echo("transformers: in-process (always available)")
     if not envs:
-        console.print(
+        typer.echo(
             f"vllm: not installed (run `runinfra-opt engine install vllm`; it would go under "
-            f"{environment.engines_dir()})",
-            markup=False,
+            f"{environment.engines_dir()})"
         )
         return
+    console = Console(highlight=False, soft_wrap=False)
     table = Table(title="vLLM environments", title_justify="left")
     for column in ("vllm", "build", "torch", "transformers", "installed", "python"):
         table.add_column(column, overflow="fold")

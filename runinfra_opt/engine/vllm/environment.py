@@ -232,8 +232,11 @@ def install(
         existing = read_installed(root)
         if existing is not None and not force:
             say(f"vLLM {existing.vllm_version} already installed at {root}; verifying")
-            verify(existing.python)
-            return existing
+            try:
+                verify(existing.python)
+                return existing
+            except EngineError as exc:
+                say(f"the installed environment is broken ({exc}); rebuilding it")
         tool = choose_installer(installer)
         shutil.rmtree(root, ignore_errors=True)  # an incomplete earlier attempt (no install.json)
         root.mkdir(parents=True)
