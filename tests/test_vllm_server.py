@@ -220,3 +220,14 @@ def test_signals_to_the_driver_stop_the_server(fake_vllm: str, tmp_path: Path, s
     if sig == signal.SIGTERM:  # unwound like Ctrl-C (the `with` stopped the server), not killed outright
         assert "_Terminated: signal 15" in stderr, stderr
     assert wait_gone(pgid), f"server group {pgid} still alive after {signal.Signals(sig).name} to the driver"
+
+
+def test_kv_cache_space(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.delenv("VLLM_CPU_KVCACHE_SPACE", raising=False)
+    assert make("python", tmp_path).environment()["VLLM_CPU_KVCACHE_SPACE"] == "2"
+    assert make("python", tmp_path, kvcache_gib=6).environment()["VLLM_CPU_KVCACHE_SPACE"] == "6"
+    monkeypatch.setenv("VLLM_CPU_KVCACHE_SPACE", "4")  # the user's own setting wins over the default
+    assert make("python", tmp_path).environment()["VLLM_CPU_KVCACHE_SPACE"] == "4"
+    env = make("python", tmp_path).environment()
+    assert env["HF_HUB_OFFLINE"] == "1"
+    assert len(env["VLLM_API_KEY"]) >= 32

@@ -181,9 +181,10 @@ class VllmServer:
                 "PYTHONUNBUFFERED": "1",
             }
         )
-        env.setdefault("VLLM_CPU_KVCACHE_SPACE", str(self.kvcache_gib or DEFAULT_KVCACHE_GIB))
         if self.kvcache_gib is not None:
             env["VLLM_CPU_KVCACHE_SPACE"] = str(self.kvcache_gib)
+        else:
+            env.setdefault("VLLM_CPU_KVCACHE_SPACE", str(DEFAULT_KVCACHE_GIB))
         return env
 
     # -- lifecycle ----------------------------------------------------------------------------------------
