@@ -24,7 +24,7 @@ from runinfra_opt.engine.vllm import metrics
 from runinfra_opt.engine.vllm.client import CompletionRequest, RequestResult, replay
 from runinfra_opt.engine.vllm.environment import list_installed, verify
 from runinfra_opt.engine.vllm.ngram import propose, simulate
-from runinfra_opt.engine.vllm.server import ServerConfig, ServerError, VllmServer
+from runinfra_opt.engine.vllm.server import ServerConfig, ServerError, VllmServer, check_serve_args
 from runinfra_opt.models import cache_dir
 from tests.test_vllm_server import group_members, wait_gone
 
@@ -205,3 +205,19 @@ def test_ngram_server_speculates_and_counters_match_the_simulation(
 def test_ngram_output_equals_baseline_in_float32(baseline: dict[str, Any], ngram: dict[str, Any]) -> None:
     for base, spec in zip(baseline["results"], ngram["results"], strict=True):
         assert spec.output_token_ids == base.output_token_ids, base.request_id
+
+
+def test_serve_args_parse_with_vllms_own_parser(vllm_python: str, smollm2: tuple[str, list[list[int]]]) -> None:
+    """What a manifest carries is what vLLM's `vllm serve` parser reads back; a speculative config vLLM
+    rejects is caught in seconds, before a launch."""
+    model, _ = smollm2
+    config = ServerConfig(model, dtype=DTYPE, max_model_len=MAX_MODEL_LEN, speculative_config=NGRAM, seed=7)
+    parsed = check_serve_args(vllm_python, config.serve_args())
+    assert parsed == {"model": model, "dtype": DTYPE, "max_model_len": MAX_MODEL_LEN, "seed": 7,
+                      "speculative_config": NGRAM}  # fmt: skip
+    inverted = {**NGRAM, "prompt_lookup_min": 5, "prompt_lookup_max": 2}
+    bad = ServerConfig(model, speculative_config=inverted)
+    with pytest.raises(ServerError, match="vLLM rejects the serving arguments"):
+        check_serve_args(vllm_python, bad.serve_args())
+    with pytest.raises(ServerError, match="dtype"):
+        check_serve_args(vllm_python, ServerConfig(model, dtype="float99").serve_args(), build_config=False)

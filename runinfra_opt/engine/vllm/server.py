@@ -67,6 +67,45 @@ class ServerConfig:
         return args
 
 
+# Run in the vLLM environment: parse serving arguments with vLLM's own `vllm serve` parser, run its quick
+# checks, and build the engine configuration (reads the model's config.json and validates the speculative
+# configuration without loading weights). Prints the parsed values as one JSON line.
+_CHECK_ARGS = """
+import json, sys
+from vllm.engine.arg_utils import AsyncEngineArgs
+from vllm.entrypoints.launchers.cli_args import make_arg_parser, validate_parsed_serve_args
+from vllm.utils.argparse_utils import FlexibleArgumentParser
+args = make_arg_parser(FlexibleArgumentParser()).parse_args(json.loads(sys.stdin.read()))
+validate_parsed_serve_args(args)
+if "--build-config" in sys.argv:
+    AsyncEngineArgs.from_cli_args(args).create_engine_config()
+print(json.dumps({"model": args.model, "dtype": args.dtype, "max_model_len": args.max_model_len,
+                  "seed": args.seed, "speculative_config": args.speculative_config}, default=str))
+"""
+
+
+def check_serve_args(
+    python: str, args: list[str], *, build_config: bool = True, timeout_s: float = 300
+) -> dict[str, Any]:
+    """Parse `vllm serve` arguments with vLLM's own parser in its environment (and, with `build_config`, build
+    its engine configuration, which rejects a bad speculative config in seconds instead of a failed launch).
+    Returns what vLLM parsed; raises ServerError with vLLM's own message."""
+    command = [python, "-c", _CHECK_ARGS, *(["--build-config"] if build_config else [])]
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1"}
+    try:
+        done = subprocess.run(
+            command, input=json.dumps(args), capture_output=True, text=True, timeout=timeout_s, env=env, check=False
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise ServerError(f"cannot check vLLM arguments with {python}: {exc}") from None
+    if done.returncode != 0:
+        lines = [line for line in done.stderr.strip().splitlines() if line.strip()]
+        raise ServerError(
+            f"vLLM rejects the serving arguments: {lines[-1] if lines else 'exit ' + str(done.returncode)}"
+        )
+    return dict(json.loads(done.stdout.strip().splitlines()[-1]))
+
+
 def free_port(host: str = HOST) -> int:
     """A port nothing listens on right now (the server may still lose a race for it: see `VllmServer`)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
