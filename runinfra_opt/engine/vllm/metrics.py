@@ -1,0 +1,101 @@
+"""vLLM's Prometheus counters: scrape `/metrics`, keep the speculative-decoding and token counters, diff
+them before and after a run (as `vllm bench serve` does in `fetch_spec_decode_metrics`).
+
+The text is parsed with `prometheus_client`'s own parser (the exposition format has escaping, comments and
+type lines that a hand-written split gets wrong). Counters are summed over every label other than
+`position`, so several engines or model names behind one server add up.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+DRAFTS = "vllm:spec_decode_num_drafts_total"
+DRAFT_TOKENS = "vllm:spec_decode_num_draft_tokens_total"
+ACCEPTED_TOKENS = "vllm:spec_decode_num_accepted_tokens_total"
+ACCEPTED_PER_POSITION = "vllm:spec_decode_num_accepted_tokens_per_pos_total"
+GENERATION_TOKENS = "vllm:generation_tokens_total"
+PROMPT_TOKENS = "vllm:prompt_tokens_total"
+REQUESTS_SUCCESS = "vllm:request_success_total"
+
+
+@dataclass(frozen=True)
+class EngineCounters:
+    """The counters of one scrape (or the difference of two)."""
+
+    drafts: float = 0.0
+    """Verification passes that checked a non-empty draft."""
+    draft_tokens: float = 0.0
+    accepted_tokens: float = 0.0
+    accepted_per_position: dict[int, float] = field(default_factory=dict)
+    """Accepted draft tokens by their position in the draft (0 = the first proposed token)."""
+    generation_tokens: float = 0.0
+    prompt_tokens: float = 0.0
+    requests_finished: float = 0.0
+
+    @property
+    def acceptance_rate(self) -> float | None:
+        """Accepted / proposed draft tokens (None when nothing was proposed)."""
+        return self.accepted_tokens / self.draft_tokens if self.draft_tokens else None
+
+    @property
+    def mean_accepted_per_draft(self) -> float | None:
+        return self.accepted_tokens / self.drafts if self.drafts else None
+
+    def minus(self, before: EngineCounters) -> EngineCounters:
+        """What happened between `before` and this scrape."""
+        positions = set(self.accepted_per_position) | set(before.accepted_per_position)
+        return EngineCounters(
+            drafts=self.drafts - before.drafts,
+            draft_tokens=self.draft_tokens - before.draft_tokens,
+            accepted_tokens=self.accepted_tokens - before.accepted_tokens,
+            accepted_per_position={
+                p: self.accepted_per_position.get(p, 0.0) - before.accepted_per_position.get(p, 0.0)
+                for p in sorted(positions)
+            },
+            generation_tokens=self.generation_tokens - before.generation_tokens,
+            prompt_tokens=self.prompt_tokens - before.prompt_tokens,
+            requests_finished=self.requests_finished - before.requests_finished,
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["accepted_per_position"] = {str(k): v for k, v in self.accepted_per_position.items()}
+        data["acceptance_rate"] = self.acceptance_rate
+        return data
+
+
+def parse_counters(text: str) -> EngineCounters:
+    """The counters in a Prometheus text exposition; counters absent from it (no speculation) are 0."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    totals: dict[str, float] = defaultdict(float)
+    per_position: dict[int, float] = defaultdict(float)
+    wanted = {DRAFTS, DRAFT_TOKENS, ACCEPTED_TOKENS, GENERATION_TOKENS, PROMPT_TOKENS, REQUESTS_SUCCESS}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == ACCEPTED_PER_POSITION:
+                per_position[int(sample.labels["position"])] += sample.value
+            elif sample.name in wanted:
+                totals[sample.name] += sample.value
+    return EngineCounters(
+        drafts=totals[DRAFTS],
+        draft_tokens=totals[DRAFT_TOKENS],
+        accepted_tokens=totals[ACCEPTED_TOKENS],
+        accepted_per_position=dict(sorted(per_position.items())),
+        generation_tokens=totals[GENERATION_TOKENS],
+        prompt_tokens=totals[PROMPT_TOKENS],
+        requests_finished=totals[REQUESTS_SUCCESS],
+    )
+
+
+def scrape(base_url: str, *, timeout_s: float = 10.0) -> EngineCounters:
+    """GET `/metrics` (vLLM serves it without the API key) and parse the counters."""
+    import httpx
+
+    with httpx.Client(timeout=timeout_s, trust_env=False) as http:
+        response = http.get(base_url.rstrip("/") + "/metrics")
+        response.raise_for_status()
+        return parse_counters(response.text)

@@ -1,0 +1,100 @@
+"""The streaming client against a small local fake server (tests/test_vllm_e2e.py runs it against vLLM)."""
+
+from __future__ import annotations
+
+import pytest
+
+from runinfra_opt.engine.vllm.client import CompletionRequest, parse_token, replay, request_body
+from runinfra_opt.engine.vllm.server import free_port
+from tests.fake_openai_server import API_KEY, fake_server
+
+
+def test_parse_token() -> None:
+    assert parse_token("token_id:42") == 42
+    assert parse_token("token_id:x") is None
+    assert parse_token("hello") is None
+
+
+def test_request_body_asks_for_usage_ids_and_top2() -> None:
+    body = request_body(CompletionRequest("r", 8, prompt=[1, 2, 3]), "m")
+    assert body["stream_options"] == {"include_usage": True}
+    assert body["logprobs"] == 2
+    assert body["return_tokens_as_token_ids"] is True
+    assert body["temperature"] == 0.0
+    chat = request_body(CompletionRequest("r", 8, messages=[{"role": "user", "content": "hi"}]), "m")
+    assert chat["logprobs"] is True
+    assert chat["top_logprobs"] == 2
+    plain = request_body(CompletionRequest("r", 8, prompt="x", top_logprobs=0), "m")
+    assert "logprobs" not in plain
+    assert "return_tokens_as_token_ids" not in plain
+
+
+def test_request_needs_prompt_or_messages() -> None:
+    with pytest.raises(ValueError, match="exactly one"):
+        CompletionRequest("r", 8)
+
+
+@pytest.mark.parametrize("chat", [False, True])
+def test_streamed_result(chat: bool) -> None:
+    request = (
+        CompletionRequest("a", 4, messages=[{"role": "user", "content": "hi"}])
+        if chat
+        else CompletionRequest("a", 4, prompt="hi")
+    )
+    with fake_server() as (url, bodies):
+        results, wall = replay(url, API_KEY, "m", [request])
+    (result,) = results
+    assert result.success, result.error
+    assert result.status == 200
+    assert result.output_text == "Hello wor ld!"
+    assert result.output_token_ids == [10, 12, 14, 16]
+    assert result.top_logprobs[1] == [(12, -0.2), (13, -0.25)]  # sorted best first
+    assert result.output_tokens == 4
+    assert result.prompt_tokens == 5
+    assert result.chunk_tokens == [1, 2, 1]
+    assert len(result.itl_s) == 2
+    assert result.finish_reason == "length"
+    assert result.ttft_s is not None
+    assert result.e2e_s is not None
+    assert 0.015 < result.ttft_s < result.e2e_s <= wall
+    assert all(gap > 0.015 for gap in result.itl_s)
+    assert bodies[0]["model"] == "m"
+
+
+def test_failures_are_data_not_exceptions() -> None:
+    requests = [
+        CompletionRequest("ok", 4, prompt="hi"),
+        CompletionRequest("bad", 4, prompt="fail"),
+        CompletionRequest("cut", 4, prompt="drop"),
+    ]
+    with fake_server() as (url, _):
+        results, _ = replay(url, API_KEY, "m", requests, concurrency=3)
+        unauthorised, _ = replay(url, "wrong-key", "m", requests[:1])
+    ok, bad, cut = results
+    assert [r.request_id for r in results] == ["ok", "bad", "cut"]
+    assert ok.success
+    assert not bad.success
+    assert bad.status == 400
+    assert "maximum context length" in (bad.error or "")
+    assert not cut.success
+    assert cut.error
+    assert not unauthorised[0].success
+    assert unauthorised[0].status == 401
+    assert unauthorised[0].error == "Unauthorized"
+
+
+def test_no_server_is_a_failed_result() -> None:
+    results, _ = replay(f"http://127.0.0.1:{free_port()}", API_KEY, "m", [CompletionRequest("a", 4, prompt="hi")])
+    assert not results[0].success
+    assert results[0].status is None
+    assert "ConnectError" in (results[0].error or "")
+
+
+def test_concurrency_overlaps_requests() -> None:
+    requests = [CompletionRequest(str(i), 4, prompt="slow") for i in range(4)]
+    with fake_server() as (url, _):
+        _, serial = replay(url, API_KEY, "m", requests, concurrency=1)
+        results, parallel = replay(url, API_KEY, "m", requests, concurrency=4)
+    assert all(r.success for r in results)
+    assert serial > 4 * 3 * 0.2 * 0.9
+    assert parallel < serial / 2

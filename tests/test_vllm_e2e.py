@@ -1,0 +1,223 @@
+"""Real vLLM on loopback (not a mock): the bundled SmolLM2 served by a baseline server and an n-gram server,
+a few short greedy requests each through our client, /metrics diffed per request, the n-gram rule and its
+simulation checked against vLLM's own, a server killed mid-run reported as failed, nothing left behind.
+
+Needs the vLLM environment: `make test` installs it first (`runinfra-opt engine install vllm`, cached
+under ~/.cache/runinfra-opt); otherwise set RUNINFRA_OPT_VLLM_PYTHON to an environment's python. Each
+server takes ~2 minutes to start on 2 cores, so servers are module-scoped and started one at a time.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from runinfra_opt.engine.vllm import metrics
+from runinfra_opt.engine.vllm.client import CompletionRequest, RequestResult, replay
+from runinfra_opt.engine.vllm.environment import list_installed, verify
+from runinfra_opt.engine.vllm.ngram import propose, simulate
+from runinfra_opt.engine.vllm.server import ServerConfig, ServerError, VllmServer, check_serve_args
+from runinfra_opt.models import cache_dir
+from tests.test_vllm_server import group_members, wait_gone
+
+pytestmark = pytest.mark.e2e
+
+REAL_CACHE = cache_dir()  # read at import, before the per-test cache isolation of conftest.py
+DTYPE = "float32"
+MAX_MODEL_LEN = 1024
+NGRAM = {"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_min": 1, "prompt_lookup_max": 3}
+PROMPTS = [
+    "Copy this list exactly, one item per line:\napples\nbananas\ncherries\ndates\nelderberries\nfigs\n\nCopy:\n",
+    "Text: The meeting moved from Tuesday to Thursday at 3 pm in room 204.\n"
+    "Repeat the text word for word.\nRepeated text:",
+    'Convert to JSON. name: Ada Lovelace; born: 1815; field: mathematics.\nJSON: {"name": "',
+]
+MAX_TOKENS = 24
+
+
+def _environment_python() -> str:
+    explicit = os.environ.get("RUNINFRA_OPT_VLLM_PYTHON")
+    if explicit:
+        return explicit
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("RUNINFRA_OPT_CACHE", str(REAL_CACHE))
+        installed = list_installed()
+    if not installed:
+        pytest.fail("no vLLM environment: run `make vllm-env` (or set RUNINFRA_OPT_VLLM_PYTHON)")
+    return installed[0].python
+
+
+@pytest.fixture(scope="module")
+def vllm_python() -> str:
+    python = _environment_python()
+    verify(python)
+    return python
+
+
+@pytest.fixture(scope="module")
+def smollm2() -> tuple[str, list[list[int]]]:
+    """The converted bundled model (cached in the real cache between runs) and the prompts' token ids."""
+    from transformers import AutoTokenizer
+
+    from runinfra_opt.models import ensure_converted, resolve_model
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("RUNINFRA_OPT_CACHE", str(REAL_CACHE))
+        model_dir = ensure_converted(resolve_model("default"))
+    tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
+    return str(model_dir), [list(tokenizer(p)["input_ids"]) for p in PROMPTS]
+
+
+def _serve(
+    python: str, model: str, prompts: list[list[int]], log_dir: Path, speculative: dict[str, Any] | None
+) -> dict[str, Any]:
+    """Start a server, warm up, send each prompt alone with /metrics scraped around it, stop the server."""
+    config = ServerConfig(model, dtype=DTYPE, max_model_len=MAX_MODEL_LEN, speculative_config=speculative, seed=0)
+    run: dict[str, Any] = {"results": [], "counters": []}
+    with VllmServer(python, config, log_dir, name="ngram" if speculative else "baseline") as server:
+        assert server.process is not None
+        run["pgid"] = server.process.pid
+        run["server"] = server
+        warm = CompletionRequest("warm-up", 4, prompt=prompts[0])
+        assert replay(server.base_url, server.api_key, server.model_name, [warm])[0][0].success
+        for index, prompt in enumerate(prompts):
+            before = metrics.scrape(server.base_url)
+            request = CompletionRequest(f"r{index}", MAX_TOKENS, prompt=prompt)
+            (result,), _ = replay(server.base_url, server.api_key, server.model_name, [request])
+            run["results"].append(result)
+            run["counters"].append(metrics.scrape(server.base_url).minus(before))
+        if speculative is None:  # a server killed mid-run: requests fail as data, the server reports it
+            os.killpg(server.process.pid, signal.SIGKILL)
+            assert wait_gone(server.process.pid)
+            deadline = time.monotonic() + 30  # a multi-threaded process is reaped only once every thread is gone
+            while server.alive() and time.monotonic() < deadline:
+                time.sleep(0.1)
+            run["after_kill"] = replay(server.base_url, server.api_key, server.model_name, [request])[0][0]
+            with pytest.raises(ServerError) as died:
+                server.check_alive()
+            run["died"] = str(died.value)
+    return run
+
+
+@pytest.fixture(scope="module")
+def baseline(vllm_python: str, smollm2: tuple[str, list[list[int]]], tmp_path_factory: pytest.TempPathFactory) -> Any:
+    return _serve(vllm_python, *smollm2, tmp_path_factory.mktemp("vllm-logs"), None)
+
+
+@pytest.fixture(scope="module")
+def ngram(vllm_python: str, smollm2: tuple[str, list[list[int]]], tmp_path_factory: pytest.TempPathFactory) -> Any:
+    return _serve(vllm_python, *smollm2, tmp_path_factory.mktemp("vllm-logs"), NGRAM)
+
+
+def _check_measured(result: RequestResult) -> None:
+    assert result.success, result.error
+    assert result.output_tokens is not None
+    assert 0 < result.output_tokens <= MAX_TOKENS
+    assert len(result.output_token_ids) == result.output_tokens
+    assert len(result.top_logprobs) == result.output_tokens
+    assert all(len(top) == 2 and top[0][1] >= top[1][1] for top in result.top_logprobs)
+    assert result.ttft_s is not None
+    assert result.e2e_s is not None
+    assert 0 < result.ttft_s <= result.e2e_s
+    assert sum(result.chunk_tokens) == result.output_tokens
+
+
+def test_ngram_rule_is_vllms(vllm_python: str) -> None:
+    """Our rule returns what vLLM's own numba function returns, on random contexts with many repeats."""
+    rng = random.Random(0)
+    cases = []
+    for _ in range(400):
+        context = [rng.randrange(rng.choice([2, 3, 5, 20])) for _ in range(rng.randrange(1, 40))]
+        lo = rng.randrange(1, 4)
+        cases.append({"c": context, "k": rng.randrange(1, 6), "lo": lo, "hi": lo + rng.randrange(0, 4),
+                      "max": len(context) + rng.randrange(0, 6)})  # fmt: skip
+    script = (
+        "import json, sys, numpy as np\n"
+        "from vllm.v1.spec_decode.ngram_proposer import _find_longest_matched_ngram_and_propose_tokens as f\n"
+        "cases = json.load(sys.stdin)\n"
+        "print(json.dumps([f(np.array(c['c'], dtype=np.int32), c['lo'], c['hi'], c['max'], c['k']).tolist()"
+        " for c in cases]))\n"
+    )
+    done = subprocess.run(
+        [vllm_python, "-c", script], input=json.dumps(cases), capture_output=True, text=True, check=True, timeout=600
+    )
+    theirs = json.loads(done.stdout.strip().splitlines()[-1])
+    ours = [
+        propose(c["c"], k=c["k"], prompt_lookup_min=c["lo"], prompt_lookup_max=c["hi"], max_model_len=c["max"])
+        for c in cases
+    ]
+    assert sum(1 for t in theirs if t) > 100  # the cases exercise real matches, not only empty proposals
+    assert ours == theirs
+
+
+def test_baseline_server_measures_and_stops(baseline: dict[str, Any]) -> None:
+    for result, counters in zip(baseline["results"], baseline["counters"], strict=True):
+        _check_measured(result)
+        assert counters.drafts == 0
+        assert counters.generation_tokens == result.output_tokens
+        assert counters.requests_finished == 1
+    assert not group_members(baseline["pgid"])
+
+
+def test_killed_server_is_reported_as_failed(baseline: dict[str, Any]) -> None:
+    assert not baseline["after_kill"].success
+    assert baseline["after_kill"].error
+    assert "vLLM server died" in baseline["died"]
+    assert "last lines" in baseline["died"]
+
+
+def test_ngram_server_speculates_and_counters_match_the_simulation(
+    ngram: dict[str, Any], smollm2: tuple[str, list[list[int]]]
+) -> None:
+    _, prompts = smollm2
+    total_accepted = 0.0
+    for prompt, result, counters in zip(prompts, ngram["results"], ngram["counters"], strict=True):
+        _check_measured(result)
+        assert counters.generation_tokens == result.output_tokens
+        assert sum(counters.accepted_per_position.values()) == counters.accepted_tokens
+        sim = simulate(
+            prompt,
+            result.output_token_ids,
+            k=NGRAM["num_speculative_tokens"],
+            prompt_lookup_min=NGRAM["prompt_lookup_min"],
+            prompt_lookup_max=NGRAM["prompt_lookup_max"],
+            max_model_len=MAX_MODEL_LEN,
+        )
+        assert counters.drafts == sim.drafts, result.request_id
+        assert counters.draft_tokens == sim.draft_tokens, result.request_id
+        if sim.last_pass_lower_bound:
+            assert counters.accepted_tokens >= sim.accepted_tokens, result.request_id
+        else:
+            assert counters.accepted_tokens == sim.accepted_tokens, result.request_id
+        total_accepted += counters.accepted_tokens
+    assert total_accepted > 0
+    assert not group_members(ngram["pgid"])
+
+
+def test_ngram_output_equals_baseline_in_float32(baseline: dict[str, Any], ngram: dict[str, Any]) -> None:
+    for base, spec in zip(baseline["results"], ngram["results"], strict=True):
+        assert spec.output_token_ids == base.output_token_ids, base.request_id
+
+
+def test_serve_args_parse_with_vllms_own_parser(vllm_python: str, smollm2: tuple[str, list[list[int]]]) -> None:
+    """What a manifest carries is what vLLM's `vllm serve` parser reads back; a speculative config vLLM
+    rejects is caught in seconds, before a launch."""
+    model, _ = smollm2
+    config = ServerConfig(model, dtype=DTYPE, max_model_len=MAX_MODEL_LEN, speculative_config=NGRAM, seed=7)
+    parsed = check_serve_args(vllm_python, config.serve_args())
+    assert parsed == {"model": model, "dtype": DTYPE, "max_model_len": MAX_MODEL_LEN, "seed": 7,
+                      "speculative_config": NGRAM}  # fmt: skip
+    inverted = {**NGRAM, "prompt_lookup_min": 5, "prompt_lookup_max": 2}
+    bad = ServerConfig(model, speculative_config=inverted)
+    with pytest.raises(ServerError, match="vLLM rejects the serving arguments"):
+        check_serve_args(vllm_python, bad.serve_args())
+    with pytest.raises(ServerError, match="dtype"):
+        check_serve_args(vllm_python, ServerConfig(model, dtype="float99").serve_args(), build_config=False)
