@@ -181,6 +181,8 @@ class TrialResult(_Model):
     retried: list[str] = Field(default_factory=list)
     """Why each earlier attempt was submitted again."""
     wall_s: float | None = None
+    """The trial's time on its worker: `setup_s` (opening the engine, warm-up) plus the timed runs."""
+    setup_s: float | None = None
 
 
 class RunResults(_Model):

@@ -209,6 +209,7 @@ def _finish(
         error=error,
         retried=list(retried),
         wall_s=outcome.wall_s if outcome else None,
+        setup_s=outcome.setup_s if outcome else None,
         baseline_requests=outcome.baseline if outcome else [],
         measured_requests=outcome.measured if outcome else [],
     )

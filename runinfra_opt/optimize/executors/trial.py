@@ -60,6 +60,8 @@ class TrialOutcome:
     measured: list[RequestRecord]
     node: dict[str, Any] = field(default_factory=dict)
     wall_s: float = 0.0
+    setup_s: float = 0.0
+    """Of `wall_s`: opening the engine (and, in a fresh worker, importing torch) and the warm-up."""
 
 
 def trial_specs(state: RunState, variants: list[Variant], *, threads: int | None) -> list[TrialSpec]:
@@ -109,6 +111,7 @@ def run_trial(spec: TrialSpec) -> TrialOutcome:
         order = [BASELINE, spec.variant] if speculative else [BASELINE]
         for variant in order:  # untimed warm-up (first-call costs stay out of the figures)
             engine.warmup(spec.requests[0], variant, max_tokens=WARMUP_TOKENS)
+        setup_s = time.perf_counter() - started
         baseline: list[RequestRecord] = []
         measured: list[RequestRecord] = []
         for repeat in range(spec.repeats):
@@ -126,7 +129,7 @@ def run_trial(spec: TrialSpec) -> TrialOutcome:
         node = describe_node(engine.environment())
     finally:
         engine.close()
-    return TrialOutcome(spec.id, baseline, measured, node, wall_s=time.perf_counter() - started)
+    return TrialOutcome(spec.id, baseline, measured, node, wall_s=time.perf_counter() - started, setup_s=setup_s)
 
 
 def describe_node(environment: dict[str, Any]) -> dict[str, Any]:
