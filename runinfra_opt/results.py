@@ -164,6 +164,27 @@ class Note(_Model):
         return self.text
 
 
+class TrialResult(_Model):
+    """One trial of a distributed confirmation (`optimize --executor ray`): a variant timed with its own baseline
+    repeats, interleaved, on one node. Its records are in the variants' `measured_requests` (tagged with the
+    trial's id) and in `<run dir>/trials/`."""
+
+    id: str
+    variant: str
+    status: Literal["done", "failed"]
+    attempts: int
+    """Submissions (1 + retries after a worker or node died)."""
+    node: dict[str, Any] = Field(default_factory=dict)
+    """Where it ran: host, Ray node id and IP, device and its name (GPU model) or CPU model, GPU driver, versions."""
+    error: str | None = None
+    """Why it failed (the last attempt's reason)."""
+    retried: list[str] = Field(default_factory=list)
+    """Why each earlier attempt was submitted again."""
+    wall_s: float | None = None
+    """The trial's time on its worker: `setup_s` (opening the engine, warm-up) plus the timed runs."""
+    setup_s: float | None = None
+
+
 class RunResults(_Model):
     schema_version: int = SCHEMA_VERSION
     tool: str = "runinfra-opt"
@@ -194,6 +215,8 @@ class RunResults(_Model):
     """Wall time per phase."""
     notes: list[Note] = Field(default_factory=list)
     """In the order written; files written before notes had kinds hold plain strings, read as `info`."""
+    trials: list[TrialResult] = Field(default_factory=list)
+    """Confirmation trials run apart (`--executor ray`), as they finished; empty for the local executor."""
     profile: dict[str, Any] = Field(default_factory=dict)
     """`optimize`'s profiling pass: the baseline's per-request records with output ids (`baseline`), and per
     drafting role (`draft:<spec>`, `early_exit:<layer>`) per request the teacher-forced agreement flags as a

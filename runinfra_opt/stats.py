@@ -85,9 +85,13 @@ def summarize(records: Sequence[RequestRecord]) -> Summary:
 def paired(
     records: Sequence[RequestRecord], baseline: Sequence[RequestRecord]
 ) -> list[tuple[RequestRecord, RequestRecord]]:
-    """Pairs (record, baseline record) with the same request id and repeat, in `records` order."""
-    index = {(b.request_id, b.repeat): b for b in baseline}
-    return [(r, index[(r.request_id, r.repeat)]) for r in records if (r.request_id, r.repeat) in index]
+    """Pairs (record, baseline record) with the same request id, repeat and trial, in `records` order (the trial
+    is None for every record of a run whose variants were timed in one process; a distributed run pairs each
+    variant only with the baseline repeats timed beside it on its node)."""
+    index = {(b.request_id, b.repeat, b.trial): b for b in baseline}
+    return [
+        (r, index[(r.request_id, r.repeat, r.trial)]) for r in records if (r.request_id, r.repeat, r.trial) in index
+    ]
 
 
 def speedup(

@@ -21,6 +21,7 @@ from runinfra_opt.models import resolve_model
 from runinfra_opt.optimize.config import (
     DEFAULT_BUDGET_MINUTES,
     DEFAULT_CONFIRM,
+    DEFAULT_MAX_RETRIES,
     DEFAULT_MIN_SPEEDUP,
     DEFAULT_RUNS_ROOT,
     OptimizeConfig,
@@ -141,6 +142,18 @@ def optimize(
         False, "--allow-tokenizer-mismatch", help="Run a draft with another tokenizer (universal assisted generation)."
     ),
     runs_root: Path = typer.Option(DEFAULT_RUNS_ROOT, "--runs-dir", help="Where run directories are created."),
+    executor: str = typer.Option(
+        "local", "--executor", help="Where confirmation trials run: local (this process) or ray (one task each)."
+    ),
+    ray_address: str | None = typer.Option(
+        None, "--ray-address", help="Ray cluster to join, e.g. auto or ray://head:10001 (default: start a local one)."
+    ),
+    trial_resources: str | None = typer.Option(
+        None, "--trial-resources", help="Ray resources per trial, e.g. num_cpus=4,num_gpus=1 (default: see docs)."
+    ),
+    max_retries: int = typer.Option(
+        DEFAULT_MAX_RETRIES, "--max-retries", help="Resubmissions of a trial whose worker or node died (ray)."
+    ),
 ) -> None:
     """Find the fastest lossless speculative-decoding setup for a workload: profile once, predict every
     variant, time the best few against the baseline, decide on measured figures, write the manifest.
@@ -192,6 +205,10 @@ def optimize(
         run_dir=str(run_dir) if run_dir else None,
         out=str(out),
         runs_root=str(runs_root),
+        executor=executor,  # type: ignore[arg-type]  # validated by OptimizeConfig
+        ray_address=ray_address,
+        trial_resources=trial_resources,
+        max_retries=max_retries,
     )
     if run_dir is not None and not resume and not moves_latest(runs_root, run_dir):
         err_console.print(latest_left_note(runs_root, run_dir), markup=False)

@@ -12,9 +12,12 @@ from runinfra_opt.methods import get_method
 
 Priority = Literal["throughput", "ttft"]
 Strategy = Literal["predictive", "exhaustive"]
+Executor = Literal["local", "ray"]
 
 PRIORITIES: dict[str, Priority] = {"throughput": "throughput", "ttft": "ttft", "first-token-latency": "ttft"}
 STRATEGIES: tuple[Strategy, ...] = ("predictive", "exhaustive")
+EXECUTORS: tuple[Executor, ...] = ("local", "ray")
+DEFAULT_MAX_RETRIES = 2
 PERCENTILES = ("p50", "p90", "p95", "p99")
 
 DEFAULT_BUDGET_MINUTES = 7.0
@@ -75,6 +78,33 @@ def parse_int_list(
     return tuple(sorted(out)) or None
 
 
+RAY_OPTIONS = ("num_cpus", "num_gpus", "memory")
+"""`--trial-resources` keys that are Ray task options; any other key names a custom Ray resource."""
+
+
+def parse_trial_resources(value: str) -> dict[str, float]:
+    """`num_cpus=4,num_gpus=1,memory=8e9,my_resource=1` to a dict of amounts (checked: names, numbers >= 0)."""
+    out: dict[str, float] = {}
+    for item in value.split(","):
+        item = item.strip()
+        if not item:
+            continue
+        name, sep, amount = item.partition("=")
+        name = name.strip()
+        if not sep or not name:
+            raise UserInputError(f"--trial-resources {item}: expected NAME=AMOUNT (e.g. num_cpus=4,num_gpus=1)")
+        try:
+            number = float(amount)
+        except ValueError:
+            raise UserInputError(f"--trial-resources {item}: {amount.strip()!r} is not a number") from None
+        if number < 0:
+            raise UserInputError(f"--trial-resources {item}: must be >= 0")
+        out[name] = number
+    if not out:
+        raise UserInputError("--trial-resources: empty (e.g. num_cpus=4,num_gpus=1)")
+    return out
+
+
 @dataclass(frozen=True)
 class OptimizeConfig:
     """Everything that decides what an `optimize` run measures and how it picks. Stored in results.json."""
@@ -119,6 +149,14 @@ class OptimizeConfig:
     runs_root: str = str(DEFAULT_RUNS_ROOT)
     quick_cost: bool = False
     """Measure the cost model on fewer sizes (for tests and benchmarks on tiny models; not a CLI option)."""
+    executor: Executor = "local"
+    """Where confirmation trials run: `local` (in this process, interleaved) or `ray` (one Ray task per trial)."""
+    ray_address: str | None = None
+    """`--ray-address`: the cluster to join (None: start a local one); `ray` executor only."""
+    trial_resources: str | None = None
+    """`--trial-resources`, e.g. `num_cpus=4,num_gpus=1` (None: one GPU on CUDA, else --threads CPUs)."""
+    max_retries: int = DEFAULT_MAX_RETRIES
+    """Times a trial whose worker or node died is submitted again before it is reported as failed."""
 
     def __post_init__(self) -> None:
         if self.priority not in ("throughput", "ttft"):
@@ -146,6 +184,15 @@ class OptimizeConfig:
             raise UserInputError(f"--max-requests {self.max_requests}: must be >= 1")
         if self.threads is not None and self.threads < 1:
             raise UserInputError(f"--threads {self.threads}: must be >= 1")
+        if self.executor not in EXECUTORS:
+            raise UserInputError(f"--executor {self.executor}: expected one of {', '.join(EXECUTORS)}")
+        if self.executor != "ray" and (self.ray_address is not None or self.trial_resources is not None):
+            option = "--ray-address" if self.ray_address is not None else "--trial-resources"
+            raise UserInputError(f"{option} needs --executor ray")
+        if self.trial_resources is not None:
+            parse_trial_resources(self.trial_resources)
+        if self.max_retries < 0:
+            raise UserInputError(f"--max-retries {self.max_retries}: must be >= 0")
         if self.methods is not None and "draft" in self.methods and not self.drafts:
             raise UserInputError("--methods draft needs at least one --draft model")
 

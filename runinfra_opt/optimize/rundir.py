@@ -100,8 +100,19 @@ def open_run(config: OptimizeConfig, *, resume: str | None = None) -> OpenedRun:
                 "(`runinfra-opt report` still reads it)"
             )
         stored = OptimizeConfig.from_dict(results.config)
-        # Where to write the manifest may change on resume; nothing that decides what is measured may.
-        stored = stored.with_changes(out=config.out, runs_root=config.runs_root)
+        # Where to write the manifest may change on resume, and where the cluster is and what it may retry;
+        # nothing that decides what is measured may.
+        if stored.executor == "local" and config.executor == "ray":
+            raise UserInputError(
+                f"--resume {resume}: the run started with the local executor; resume it without --executor ray"
+            )
+        stored = stored.with_changes(
+            out=config.out,
+            runs_root=config.runs_root,
+            ray_address=config.ray_address or stored.ray_address,
+            trial_resources=config.trial_resources or stored.trial_resources,
+            max_retries=config.max_retries,
+        )
         results.status = "running"
         results.add_note(f"resumed at {datetime.now(UTC).isoformat(timespec='seconds')}")
         return OpenedRun(stored, run_dir, results, resumed=True)

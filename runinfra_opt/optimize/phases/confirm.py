@@ -115,8 +115,42 @@ def _confirm_variants(state: RunState) -> list[Variant]:
 
 def run(state: RunState) -> None:
     assert state.engine is not None
-    engine, results = state.engine, state.results
+    results = state.results
     variants = _confirm_variants(state)
+    if state.config.executor == "ray":
+        from runinfra_opt.optimize.executors.ray_cluster import time_trials
+
+        time_trials(state, variants)  # one trial per variant, each with its own baseline repeats on its node
+    else:
+        _time_locally(state, variants)
+    baseline_rows = state.variant_result(BASELINE).measured_requests
+    for variant in variants:
+        vr = state.variant_result(variant)
+        if not vr.measured_requests:
+            continue  # its trial failed (the reason is in results.trials)
+        vr.confirmed = True
+        others = baseline_rows if variant.is_speculative else None
+        vr.measured = summarize_with_intervals(vr.measured_requests, others)
+        vr.per_category = summarize_by_category(vr.measured_requests, others)
+        mismatched = sorted({r.request_id for r in vr.measured_requests if r.lossless is False})
+        if mismatched and variant.is_speculative:
+            vr.disqualified = f"greedy output differs from the baseline's on request(s) {', '.join(mismatched)}"
+        elif mismatched:
+            results.add_note(
+                "the baseline's own output changed between runs on request(s) "
+                f"{', '.join(mismatched)} (non-deterministic decoding on this device)"
+            )
+    for trial in results.trials:
+        if trial.status == "failed":
+            note = f"trial {trial.id} failed after {trial.attempts} attempt(s): {trial.error}"
+            if note not in [n.text for n in results.notes]:
+                results.add_note(note, kind="left_out")
+
+
+def _time_locally(state: RunState, variants: list[Variant]) -> None:
+    """Every variant and the baseline in this process, A B C D per request and repeat."""
+    assert state.engine is not None
+    engine = state.engine
     repeats = state.plan.repeats
     reference = state.baseline_records()
     done = {
@@ -146,18 +180,3 @@ def run(state: RunState) -> None:
             if changed:
                 state.save()  # after each request's batch of variants
     state.reporter.end_phase()
-    baseline_rows = state.variant_result(BASELINE).measured_requests
-    for variant in variants:
-        vr = state.variant_result(variant)
-        vr.confirmed = True
-        others = baseline_rows if variant.is_speculative else None
-        vr.measured = summarize_with_intervals(vr.measured_requests, others)
-        vr.per_category = summarize_by_category(vr.measured_requests, others)
-        mismatched = sorted({r.request_id for r in vr.measured_requests if r.lossless is False})
-        if mismatched and variant.is_speculative:
-            vr.disqualified = f"greedy output differs from the baseline's on request(s) {', '.join(mismatched)}"
-        elif mismatched:
-            results.add_note(
-                "the baseline's own output changed between runs on request(s) "
-                f"{', '.join(mismatched)} (non-deterministic decoding on this device)"
-            )
