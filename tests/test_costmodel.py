@@ -90,6 +90,16 @@ def test_baseline_prediction_is_prefill_plus_one_token_steps() -> None:
     assert e2e == pytest.approx(ttft + expected_decode)
 
 
+def test_a_negative_request_overhead_never_predicts_a_free_request() -> None:
+    # Calibrated on long prompts, the request overhead can be more negative than a short prompt's prefill:
+    # a one-token answer must still cost at least 20% of its own prefill (a zero would make tokens/s infinite).
+    cost = fit_cost_model(_samples())
+    cost.request_overhead_s = -0.3
+    ttft, e2e = predict_request(simulate_baseline(1), 16, cost, BASELINE)
+    assert ttft == pytest.approx(0.2 * 0.05)
+    assert e2e == ttft
+
+
 def test_draft_prediction_counts_draft_steps_and_chunks() -> None:
     cost = fit_cost_model(_samples())
     variant = Variant("draft", lookahead=2, draft="tiny")

@@ -296,7 +296,10 @@ def predict_request(
     if drafter is not None and first_drafted > 0:
         ttft += drafter.prefill(prompt_len) + step
         ttft += sum(max(drafter.forward(1, prompt_len + j) + step, 0.0) for j in range(1, first_drafted))
-    ttft = max(ttft + target.prefill(prompt_len + first_drafted), 0.0)
+    prefill = target.prefill(prompt_len + first_drafted)
+    # The calibrated (negative) request overhead may take back at most 80% of this request's own prefill, as
+    # `calibrate_overheads` bounds it for the typical one: a short prompt is never predicted to cost nothing.
+    ttft = max(ttft + prefill, 0.2 * prefill)
 
     decode = 0.0
     if isinstance(sim, SimResult):
