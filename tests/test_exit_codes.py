@@ -100,6 +100,13 @@ def gate_failed(tmp_path: Path, tiny_models: tuple[Path, Path]) -> subprocess.Co
     return result
 
 
+def engine_failed(tmp_path: Path, tiny_models: tuple[Path, Path]) -> subprocess.CompletedProcess[str]:
+    # An interpreter that cannot import vLLM, given as the user's own vLLM environment.
+    result = _cli("engine", "install", "vllm", "--vllm-python", "/usr/bin/false")
+    assert "`import vllm` fails" in result.stderr
+    return result
+
+
 def _cancelled(sig: signal.Signals) -> Callable[[Path, tuple[Path, Path]], subprocess.CompletedProcess[str]]:
     def scenario(tmp_path: Path, tiny_models: tuple[Path, Path]) -> subprocess.CompletedProcess[str]:
         return _cancel_and_resume(tmp_path, tiny_models, sig)
@@ -113,6 +120,7 @@ ROWS: dict[ExitCode, Callable[[Path, tuple[Path, Path]], subprocess.CompletedPro
     ExitCode.BAD_INPUT: bad_input,
     ExitCode.NO_FEASIBLE: no_feasible,
     ExitCode.GATE_FAILED: gate_failed,
+    ExitCode.ENGINE_FAILED: engine_failed,
     ExitCode.INTERRUPTED: _cancelled(signal.SIGINT),
     ExitCode.TERMINATED: _cancelled(signal.SIGTERM),
 }
