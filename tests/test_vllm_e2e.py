@@ -3,7 +3,7 @@ a few short greedy requests each through our client, /metrics diffed per request
 simulation checked against vLLM's own, a server killed mid-run reported as failed, nothing left behind.
 
 Needs the vLLM environment: `make test` installs it first (`runinfra-opt engine install vllm`, cached
-under ~/.cache/runinfra-opt); otherwise set RUNINFRA_OPT_VLLM_PYTHON to an environment's python. Each
+under the user's cache) and passes its python in RUNINFRA_OPT_VLLM_PYTHON. Each
 server takes ~2 minutes to start on 2 cores, so servers are module-scoped and started one at a time.
 """
 
@@ -15,6 +15,7 @@ import random
 import signal
 import subprocess
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,15 +23,13 @@ import pytest
 
 from runinfra_opt.engine.vllm import metrics
 from runinfra_opt.engine.vllm.client import CompletionRequest, RequestResult, replay
-from runinfra_opt.engine.vllm.environment import list_installed, verify
+from runinfra_opt.engine.vllm.environment import verify
 from runinfra_opt.engine.vllm.ngram import propose, simulate
 from runinfra_opt.engine.vllm.server import ServerConfig, ServerError, VllmServer, check_serve_args
-from runinfra_opt.models import cache_dir
 from tests.test_vllm_server import group_members, wait_gone
 
 pytestmark = pytest.mark.e2e
 
-REAL_CACHE = cache_dir()  # read at import, before the per-test cache isolation of conftest.py
 DTYPE = "float32"
 MAX_MODEL_LEN = 1024
 NGRAM = {"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_min": 1, "prompt_lookup_max": 3}
@@ -43,34 +42,41 @@ PROMPTS = [
 MAX_TOKENS = 24
 
 
-def _environment_python() -> str:
-    explicit = os.environ.get("RUNINFRA_OPT_VLLM_PYTHON")
-    if explicit:
-        return explicit
+@pytest.fixture(scope="module", autouse=True)
+def _no_bytecode() -> Iterator[None]:
+    """The vLLM environment lives in the user's cache, which the suite must leave untouched: its python
+    must not write bytecode there (vLLM's own caches follow XDG_CACHE_HOME into the test's cache)."""
     with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("RUNINFRA_OPT_CACHE", str(REAL_CACHE))
-        installed = list_installed()
-    if not installed:
-        pytest.fail("no vLLM environment: run `make vllm-env` (or set RUNINFRA_OPT_VLLM_PYTHON)")
-    return installed[0].python
+        mp.setenv("PYTHONDONTWRITEBYTECODE", "1")
+        yield
 
 
 @pytest.fixture(scope="module")
 def vllm_python() -> str:
-    python = _environment_python()
+    """The vLLM environment's python, handed over by `make test` (tests do not look in the user's cache)."""
+    python = os.environ.get("RUNINFRA_OPT_VLLM_PYTHON")
+    if not python:
+        pytest.fail(
+            "no vLLM environment given: run `make test` (it installs one), or set RUNINFRA_OPT_VLLM_PYTHON to "
+            "the python of `runinfra-opt engine install vllm --json`"
+        )
     verify(python)
     return python
 
 
 @pytest.fixture(scope="module")
-def smollm2() -> tuple[str, list[list[int]]]:
-    """The converted bundled model (cached in the real cache between runs) and the prompts' token ids."""
+def smollm2(
+    tmp_path_factory: pytest.TempPathFactory, _session_models: Path
+) -> tuple[str, list[list[int]]]:
+    """The converted bundled model (shared with the session's other tests) and the prompts' token ids."""
     from transformers import AutoTokenizer
 
     from runinfra_opt.models import ensure_converted, resolve_model
 
+    cache = tmp_path_factory.mktemp("vllm-cache")
+    (cache / "models").symlink_to(_session_models, target_is_directory=True)
     with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("RUNINFRA_OPT_CACHE", str(REAL_CACHE))
+        mp.setenv("RUNINFRA_OPT_CACHE", str(cache))
         model_dir = ensure_converted(resolve_model("default"))
     tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
     return str(model_dir), [list(tokenizer(p)["input_ids"]) for p in PROMPTS]

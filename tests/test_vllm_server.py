@@ -218,7 +218,7 @@ def test_signals_to_the_driver_stop_the_server(fake_vllm: str, tmp_path: Path, s
     _, stderr = driver.communicate(timeout=30)
     assert driver.returncode != 0, stderr
     if sig == signal.SIGTERM:  # unwound like Ctrl-C (the `with` stopped the server), not killed outright
-        assert "_Terminated: signal 15" in stderr, stderr
+        assert "runinfra_opt.signals.Terminated: signal 15" in stderr, stderr
     assert wait_gone(pgid), f"server group {pgid} still alive after {signal.Signals(sig).name} to the driver"
 
 

@@ -4,8 +4,9 @@ per-run API key, in its own process group; waited on until healthy; always stopp
 `VllmServer` is a context manager that never leaves a server behind: it stops the whole process group (the
 API server starts an engine-core child; signalling only the launched PID can leave that running) with
 SIGTERM, then SIGKILL after a grace period, on a normal exit, on an exception, on Ctrl-C and on SIGTERM to
-this process (turned into an exception while a server runs). The server is also asked to receive SIGTERM
-when this process dies (Linux's parent-death signal), and stopped at interpreter exit as a last resort.
+this process (turned into `runinfra_opt.signals.Terminated` while a server runs, so the CLI exits 143).
+The server is also asked to receive SIGTERM when this process dies (Linux's parent-death signal), and
+stopped at interpreter exit as a last resort.
 
 The API key never leaves this process except to the server (through its environment, `VLLM_API_KEY`, so it
 is not on the server's command line either): commands written to logs show it redacted.
@@ -30,6 +31,7 @@ from types import FrameType, TracebackType
 from typing import Any
 
 from runinfra_opt.errors import EngineError
+from runinfra_opt.signals import Terminated
 
 API_SERVER_MODULE = "vllm.entrypoints.openai.api_server"
 HOST = "127.0.0.1"
@@ -148,11 +150,6 @@ _LIVE: set[VllmServer] = set()
 def _stop_all() -> None:
     for server in list(_LIVE):
         server.stop()
-
-
-class _Terminated(KeyboardInterrupt):
-    """SIGTERM to this process while a server runs: unwinds like Ctrl-C (and is reported as an
-    interruption) so the server is stopped."""
 
 
 class VllmServer:
@@ -353,7 +350,7 @@ class VllmServer:
             return
 
         def _raise(signum: int, frame: FrameType | None) -> None:
-            raise _Terminated(f"signal {signum}")
+            raise Terminated(f"signal {signum}")
 
         self._previous_sigterm = signal.signal(signal.SIGTERM, _raise)
 
