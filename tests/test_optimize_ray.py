@@ -190,7 +190,7 @@ def test_ray_results_have_the_local_structure_and_decisions(
         assert len(pairs) == len(variant.measured_requests)
         assert all(base.trial == trial.id for _, base in pairs)
     assert set(read_trials(tmp_path / "ray")) == SPECULATIVE
-    assert any("confirmed on Ray" in note for note in b.notes)
+    assert any("confirmed on Ray" in note.text for note in b.notes)
 
 
 def test_a_killed_worker_is_retried_and_the_run_completes(
@@ -228,7 +228,7 @@ def test_a_trial_out_of_retries_fails_with_its_reason_and_the_others_go_on(
     assert len(failed) == 1
     assert failed[0].attempts == 1
     assert failed[0].error
-    assert any(note.startswith(f"trial {failed[0].id} failed after 1 attempt(s)") for note in results.notes)
+    assert any(note.text.startswith(f"trial {failed[0].id} failed after 1 attempt(s)") for note in results.notes)
     lost = results.variant(failed[0].variant)
     assert lost is not None
     assert not lost.confirmed
