@@ -312,3 +312,22 @@ def test_bad_executor_options_exit_2(
     result = runner.invoke(app, _args(tiny_models, workload, tmp_path / "run", *extra))
     assert result.exit_code == 2
     assert message in result.output
+
+
+def test_sigterm_on_the_driver_cancels_its_trials(
+    cluster: str, tiny_models: tuple[Path, Path], workload: Path, tmp_path: Path
+) -> None:
+    run_dir = tmp_path / "run"
+    args = _args(tiny_models, workload, run_dir, "--executor", "ray", "--ray-address", cluster)
+    driver = _driver(args)
+    running = _wait_for(_trial_workers, driver)
+    driver.send_signal(signal.SIGTERM)
+    code, err = _finish(driver, 120)
+    assert code == 143, err
+    results = load_results(run_dir)
+    assert results.status == "running"
+    assert any("interrupted" in note.text for note in results.notes)
+    deadline = time.monotonic() + 60
+    while set(_trial_workers()) & set(running) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not set(_trial_workers()) & set(running)  # the trials' workers were stopped

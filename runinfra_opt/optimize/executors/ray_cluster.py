@@ -8,7 +8,8 @@ writes every trial to the run directory as it arrives and merges it into results
   submitted again, at most `--max-retries` times, each reason recorded; then it is reported as failed with its
   reason and the other trials go on. An exception raised by the trial itself (a model that does not load on
   that node) is not retried: it fails the trial at once, with the exception as its reason.
-- Ctrl-C or SIGTERM on the driver cancels every outstanding task (force: their worker processes are killed).
+- Ctrl-C or SIGTERM on the driver cancels every outstanding task (force: their worker processes are killed);
+  the run is recorded as interrupted (exit 130 or 143, `runinfra_opt.signals`).
 - Resume: trials with a file `done` are merged, not run again; failed ones run again.
 
 Ray is imported only here, inside functions (`pip install 'runinfra-opt[ray]'`).
@@ -29,6 +30,7 @@ from runinfra_opt.optimize.config import RAY_OPTIONS, OptimizeConfig, parse_tria
 from runinfra_opt.optimize.executors.store import TrialFile, read_trials, write_trial
 from runinfra_opt.optimize.executors.trial import TrialOutcome, TrialSpec, run_trial, trial_specs
 from runinfra_opt.optimize.state import RunState
+from runinfra_opt.signals import Terminated, cancellation
 
 if TYPE_CHECKING:  # pragma: no cover
     from runinfra_opt.methods import Variant
@@ -120,28 +122,29 @@ def time_trials(state: RunState, variants: list[Variant]) -> None:
         rerun = [i for i in todo_ids if i in stored]
         if rerun:
             results.add_note(f"trial(s) {', '.join(rerun)} failed before; run again on resume")
-        started = connect(config.ray_address)
-        try:
-            import ray
-
-            cluster = {k: float(v) for k, v in ray.cluster_resources().items()}
-            options = task_options(config, cluster)
-            short = unplaceable(options, cluster)
-            if short:
-                state.reporter.note(
-                    "no node of the Ray cluster has room for a trial now (" + ", ".join(short) + "): trials wait "
-                    "until one joins (an autoscaler) or --trial-resources asks for less"
-                )
-            threads = config.threads
-            if threads is None and not options.get("num_gpus") and "num_cpus" in options:
-                threads = max(int(options["num_cpus"]), 1)  # torch threads = the CPUs the trial holds
-            specs = [s for s in trial_specs(state, variants, threads=threads) if s.id in todo_ids]
-            _run(state, specs, options)
-        finally:
-            if started:
+        with cancellation():  # restores the CLI's handlers after ray.init has put its own
+            started = connect(config.ray_address)
+            try:
                 import ray
 
-                ray.shutdown()
+                cluster = {k: float(v) for k, v in ray.cluster_resources().items()}
+                options = task_options(config, cluster)
+                short = unplaceable(options, cluster)
+                if short:
+                    state.reporter.note(
+                        "no node of the Ray cluster has room for a trial now (" + ", ".join(short) + "): trials wait "
+                        "until one joins (an autoscaler) or --trial-resources asks for less"
+                    )
+                threads = config.threads
+                if threads is None and not options.get("num_gpus") and "num_cpus" in options:
+                    threads = max(int(options["num_cpus"]), 1)  # torch threads = the CPUs the trial holds
+                specs = [s for s in trial_specs(state, variants, threads=threads) if s.id in todo_ids]
+                _run(state, specs, options)
+            finally:
+                if started:
+                    import ray
+
+                    ray.shutdown()
     state.reporter.end_phase()
     if not any(t.status == "done" for t in results.trials):
         reasons = "; ".join(f"{t.id}: {t.error}" for t in results.trials)
@@ -163,7 +166,8 @@ def _run(state: RunState, specs: list[TrialSpec], options: dict[str, Any]) -> No
 
     for spec in specs:
         submit(spec)
-    with _sigterm_interrupts():
+    sigterm: list[int] = []
+    with cancellation(), _noting_sigterm(sigterm):  # again: ray.init installs its own SIGTERM handler
         try:
             while pending:
                 ready, _ = ray.wait(list(pending), num_returns=1)
@@ -183,11 +187,33 @@ def _run(state: RunState, specs: list[TrialSpec], options: dict[str, Any]) -> No
                         _finish(state, spec, attempts[spec.id], retried.get(spec.id, []), error=_reason(exc))
                 else:
                     _finish(state, spec, attempts[spec.id], retried.get(spec.id, []), outcome=outcome)
-        except BaseException:
+        except BaseException as exc:
             for ref in pending:  # Ctrl-C, SIGTERM or a driver error: stop what still runs
                 with contextlib.suppress(Exception):
                     ray.cancel(ref, force=True)
+            if sigterm and not isinstance(exc, Terminated):
+                raise Terminated from exc  # Ray turns any interrupt of its waits into a plain KeyboardInterrupt
             raise
+
+
+@contextlib.contextmanager
+def _noting_sigterm(seen: list[int]) -> Iterator[None]:
+    """SIGTERM raises `Terminated`, as `signals.cancellation` does, and is also noted in `seen`: an interrupted
+    `ray.wait` re-raises it as a plain KeyboardInterrupt, which would otherwise exit 130 instead of 143."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def terminate(signum: int, frame: object) -> None:
+        seen.append(signum)
+        raise Terminated
+
+    previous = signal.signal(signal.SIGTERM, terminate)
+    try:
+        yield
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
 
 
 def _finish(
@@ -242,21 +268,3 @@ def _reason(exc: BaseException) -> str:
     text = str(exc).strip()
     first = text.splitlines()[0] if text else ""
     return f"{type(exc).__name__}: {first}".strip().rstrip(":")
-
-
-@contextlib.contextmanager
-def _sigterm_interrupts() -> Iterator[None]:
-    """While trials run, SIGTERM interrupts the driver like Ctrl-C (so outstanding tasks are cancelled and the
-    run is recorded as interrupted, resumable)."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def interrupt(signum: int, frame: object) -> None:
-        raise KeyboardInterrupt
-
-    previous = signal.signal(signal.SIGTERM, interrupt)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
