@@ -89,13 +89,15 @@ def _args(tiny_models: tuple[Path, Path], workload: Path, run_dir: Path, *extra:
     ]
 
 
-def _driver(args: list[str]) -> subprocess.Popen[bytes]:
-    """The CLI as a separate driver process (so that it can be killed)."""
+def _driver(args: list[str]) -> tuple[subprocess.Popen[bytes], frozenset[int]]:
+    """The CLI as a separate driver process (so that it can be killed), and the trial workers that were
+    running before it started (not its own)."""
+    before = frozenset(_trial_workers())
     return subprocess.Popen(
         [sys.executable, "-m", "runinfra_opt", *args],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
-    )
+    ), before
 
 
 def _finish(driver: subprocess.Popen[bytes], timeout: float = 300.0) -> tuple[int, str]:
@@ -104,8 +106,9 @@ def _finish(driver: subprocess.Popen[bytes], timeout: float = 300.0) -> tuple[in
     return driver.returncode, err.decode(errors="replace")
 
 
-def _trial_workers() -> list[int]:
-    """Pids of Ray workers running a trial now (Ray titles a busy worker `ray::<function>`)."""
+def _trial_workers(ignore: frozenset[int] = frozenset()) -> list[int]:
+    """Pids of Ray workers running a trial now (Ray titles a busy worker `ray::<function>`), but those in
+    `ignore` (an earlier test's worker that Ray is still stopping)."""
     pids = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
@@ -114,7 +117,7 @@ def _trial_workers() -> list[int]:
             title = (entry / "cmdline").read_bytes().split(b"\0")[0]
         except OSError:
             continue
-        if title == b"ray::run_trial":
+        if title == b"ray::run_trial" and int(entry.name) not in ignore:
             pids.append(int(entry.name))
     return pids
 
@@ -198,8 +201,8 @@ def test_a_killed_worker_is_retried_and_the_run_completes(
 ) -> None:
     run_dir = tmp_path / "run"
     args = _args(tiny_models, workload, run_dir, "--executor", "ray", "--ray-address", cluster)
-    driver = _driver([*args, "--trial-resources", "num_cpus=2", "--max-retries", "1"])  # one trial at a time
-    victim = _wait_for(_trial_workers, driver)[0]
+    driver, before = _driver([*args, "--trial-resources", "num_cpus=2", "--max-retries", "1"])  # one trial at a time
+    victim = _wait_for(lambda: _trial_workers(before), driver)[0]
     time.sleep(1.0)  # mid-trial: the engine is loading or timing
     os.kill(victim, signal.SIGKILL)
     code, err = _finish(driver)
@@ -217,8 +220,8 @@ def test_a_trial_out_of_retries_fails_with_its_reason_and_the_others_go_on(
 ) -> None:
     run_dir = tmp_path / "run"
     args = _args(tiny_models, workload, run_dir, "--executor", "ray", "--ray-address", cluster)
-    driver = _driver([*args, "--trial-resources", "num_cpus=2", "--max-retries", "0"])
-    victim = _wait_for(_trial_workers, driver)[0]
+    driver, before = _driver([*args, "--trial-resources", "num_cpus=2", "--max-retries", "0"])
+    victim = _wait_for(lambda: _trial_workers(before), driver)[0]
     os.kill(victim, signal.SIGKILL)
     code, err = _finish(driver)
     assert code == 0, err
@@ -241,7 +244,7 @@ def test_a_killed_driver_resumes_without_redoing_finished_trials(
 ) -> None:
     run_dir = tmp_path / "run"
     args = _args(tiny_models, workload, run_dir, "--executor", "ray", "--ray-address", cluster)
-    driver = _driver([*args, "--trial-resources", "num_cpus=2"])  # one trial at a time
+    driver, before = _driver([*args, "--trial-resources", "num_cpus=2"])  # one trial at a time
     trials = run_dir / TRIALS_DIR
     first = _wait_for(lambda: sorted(trials.glob("*.json")) if trials.is_dir() else [], driver)
     driver.send_signal(signal.SIGKILL)
@@ -319,8 +322,8 @@ def test_sigterm_on_the_driver_cancels_its_trials(
 ) -> None:
     run_dir = tmp_path / "run"
     args = _args(tiny_models, workload, run_dir, "--executor", "ray", "--ray-address", cluster)
-    driver = _driver(args)
-    running = _wait_for(_trial_workers, driver)
+    driver, before = _driver(args)
+    running = _wait_for(lambda: _trial_workers(before), driver)
     driver.send_signal(signal.SIGTERM)
     code, err = _finish(driver, 120)
     assert code == 143, err
