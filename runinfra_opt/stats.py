@@ -149,6 +149,16 @@ def _bootstrap(
     return float(res.confidence_interval.low), float(res.confidence_interval.high)
 
 
+def bootstrap_interval(statistic: Callable[..., Any], columns: Sequence[Sequence[float]], *, seed: int = 0) -> Interval:
+    """`statistic(*columns, axis=-1)` (vectorized, over paired rows: requests x repeats) with its 95% percentile
+    bootstrap interval that resamples the rows."""
+    import numpy as np
+
+    point = float(statistic(*(np.asarray(c, dtype=float) for c in columns), axis=-1))
+    low, high = _bootstrap(statistic, columns, seed=seed, point=point)
+    return Interval(value=point, low=min(low, point), high=max(high, point))
+
+
 def throughput_ratio(
     records: Sequence[RequestRecord], baseline: Sequence[RequestRecord], *, seed: int = 0
 ) -> Interval | None:
