@@ -6,6 +6,7 @@ import asyncio
 import json
 import time
 from array import array
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -196,7 +197,7 @@ def _completion(request: Request) -> CompletionRequest:
     return CompletionRequest(request.id, request.max_tokens or 4, prompt=request.prompt, top_logprobs=2)
 
 
-def _run(level: Any, requests: list[Request], url: str, **kwargs: Any) -> LevelRun:
+def _run(level: Any, requests: Iterable[Request], url: str, **kwargs: Any) -> LevelRun:
     async def go() -> LevelRun:
         async with OpenAIClient(url, API_KEY, "m", max_connections=None) as client:
 
@@ -230,6 +231,39 @@ def test_open_loop_keeps_its_schedule_while_the_server_is_slow() -> None:
         assert record.sent_s < record.chunk_s[0] < record.chunk_s[-1] <= record.done_s
         assert all(gap > 0.15 for gap in record.itl_s)
     assert run.duration_s >= records[-1].done_s
+
+
+def test_a_streamed_recording_replays_from_its_file(tmp_path: Path) -> None:
+    records = [{"id": f"q{i}", "arrival_s": 10.0 + 0.05 * i, "prompt": "hi", "max_tokens": 4} for i in range(4)]
+    stream = stream_workload(str(_write(tmp_path / "w.jsonl", records)))
+    with fake_server() as (url, bodies):
+        run = _run(Replay(), stream, url)
+    assert [b["prompt"] for b in bodies] == ["hi"] * 4
+    assert sorted((r.request_id, round(r.planned_s, 6)) for r in run.records) == [
+        ("q0", 0.0), ("q1", 0.05), ("q2", 0.1), ("q3", 0.15),
+    ]  # fmt: skip
+    assert all(r.success for r in run.records)
+
+
+def test_a_cancelled_level_leaves_nothing_running() -> None:
+    requests = _requests([0.05 * i for i in range(20)], prompt="slow")
+
+    async def go(url: str) -> None:
+        async with OpenAIClient(url, API_KEY, "m", max_connections=None) as client:
+
+            async def send(request: Request) -> RequestResult:
+                return await client.complete(_completion(request))
+
+            with pytest.raises(TimeoutError):
+                await asyncio.wait_for(run_level(Replay(), plan(Replay(), requests), send), timeout=0.3)
+            await asyncio.sleep(0)
+            assert asyncio.all_tasks() == {asyncio.current_task()}
+
+    with fake_server() as (url, bodies):
+        asyncio.run(go(url))
+        sent = len(bodies)
+        time.sleep(0.3)
+        assert len(bodies) == sent < 20  # nothing was sent after the cancellation
 
 
 def test_closed_loop_keeps_exactly_n_in_flight() -> None:
