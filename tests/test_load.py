@@ -30,6 +30,7 @@ from runinfra_opt.load import (
     records_frame,
     run_level,
     summarize,
+    throughput_ratio,
 )
 from runinfra_opt.load.schedule import GAP_BATCH, gaps
 from runinfra_opt.workload import load_workload, stream_workload
@@ -412,6 +413,22 @@ def test_repeats_pool_tokens_over_windows() -> None:
     assert pooled.output_tokens_per_s.value == pytest.approx((26 + 24) / (8.0 + 16.0))
     with pytest.raises(ValueError, match="one load level"):
         level_metrics([fast, _level_run(fast.records, level=Concurrency(1))])
+
+
+def test_throughput_ratio_pairs_runs_and_requests() -> None:
+    baseline = _level_run([_record(i, float(i)) for i in range(10)])
+    twice = _level_run([_record(i, float(i), tokens=[2, 4]) for i in range(10)])
+    ratio = throughput_ratio([twice], [baseline])
+    assert ratio is not None
+    assert (ratio.value, ratio.low, ratio.high) == pytest.approx((2.0, 2.0, 2.0))  # every request streams twice
+    mixed = _level_run([_record(i, float(i), tokens=[2, 4] if i % 2 else [1, 2]) for i in range(10)])
+    spread = throughput_ratio([mixed], [baseline])
+    assert spread is not None
+    assert spread.value == pytest.approx((2 + 4 * 6 + 4 * 3) / 26)  # request 0 (even) adds its 2 tokens at 1.0 s
+    assert spread.low < spread.value < spread.high
+    assert throughput_ratio([], [baseline]) is None
+    with pytest.raises(ValueError, match="one load level"):
+        throughput_ratio([_level_run(twice.records, level=Concurrency(1))], [baseline])
 
 
 def test_records_frame_has_one_row_per_request_in_order() -> None:

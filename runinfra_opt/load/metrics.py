@@ -213,6 +213,41 @@ def level_metrics(
     )
 
 
+def _rows(run: LevelRun, warmup_fraction: float) -> dict[int, tuple[float, float]]:
+    """Per request index: (its output tokens inside the run's window, its share of the window's length)."""
+    window = measured_window(run, warmup_fraction)
+    tokens = _window_tokens(run, window)
+    share = window.seconds / len(run.records) if run.records else 0.0
+    return {record.index: (float(count), share) for record, count in zip(run.records, tokens, strict=True)}
+
+
+def throughput_ratio(
+    runs: Sequence[LevelRun],
+    baseline: Sequence[LevelRun],
+    *,
+    warmup_fraction: float = WARMUP_FRACTION,
+    seed: int = 0,
+) -> Interval | None:
+    """Output tokens/s of `runs` over that of `baseline` at the same load level, over their measured windows, with
+    a 95% paired bootstrap interval: the i-th run is paired with the i-th baseline run (repeats timed side by
+    side) and requests by their position in the schedule. None when nothing pairs up."""
+    columns: list[list[float]] = [[], [], [], []]
+    for run, base in zip(runs, baseline, strict=False):
+        if run.level != base.level:
+            raise ValueError(f"throughput_ratio compares one load level: {run.level.name} vs {base.level.name}")
+        mine, theirs = _rows(run, warmup_fraction), _rows(base, warmup_fraction)
+        for index in sorted(mine.keys() & theirs.keys()):
+            for column, value in zip(columns, (*mine[index], *theirs[index]), strict=True):
+                column.append(value)
+    if not columns[0] or sum(columns[1]) <= 0 or sum(columns[2]) <= 0 or sum(columns[3]) <= 0:
+        return None
+    return bootstrap_interval(_ratio, columns, seed=seed)
+
+
+def _ratio(tokens: Any, shares: Any, base_tokens: Any, base_shares: Any, axis: int = -1) -> Any:
+    return _tokens_per_s(tokens, shares, axis) / _tokens_per_s(base_tokens, base_shares, axis)
+
+
 def _tokens_per_s(tokens: Any, shares: Any, axis: int = -1) -> Any:
     return tokens.sum(axis=axis) / shares.sum(axis=axis)
 
