@@ -33,6 +33,7 @@ from runinfra_opt.load import (
     throughput_ratio,
 )
 from runinfra_opt.load.schedule import GAP_BATCH, gaps
+from runinfra_opt.stats import bootstrap_interval
 from runinfra_opt.workload import load_workload, stream_workload
 from runinfra_opt.workload.model import Request
 from tests.fake_openai_server import API_KEY, fake_server
@@ -429,6 +430,16 @@ def test_throughput_ratio_pairs_runs_and_requests() -> None:
     assert throughput_ratio([], [baseline]) is None
     with pytest.raises(ValueError, match="one load level"):
         throughput_ratio([_level_run(twice.records, level=Concurrency(1))], [baseline])
+
+
+def test_long_runs_bootstrap_in_batches() -> None:
+    # Above 2,000 rows the bootstrap resamples in batches (bounded memory); the interval stays a proper one.
+    values = np.random.default_rng(0).normal(5.0, 1.0, size=3000)
+    interval = bootstrap_interval(np.mean, [values.tolist()], seed=1)
+    assert interval.value == pytest.approx(values.mean())
+    assert interval.low < values.mean() < interval.high
+    assert interval.high - interval.low == pytest.approx(2 * 1.96 / np.sqrt(3000), rel=0.2)
+    assert bootstrap_interval(np.mean, [values.tolist()], seed=1) == interval  # seeded
 
 
 def test_records_frame_has_one_row_per_request_in_order() -> None:

@@ -149,7 +149,7 @@ def level_metrics(
     completed = good_completed = 0
     ttft: list[float] = []
     tpot: list[float] = []
-    itl: list[float] = []
+    itl: list[Any] = []  # numpy arrays of chunk gaps, one per measured request
     e2e: list[float] = []
     good_flags: list[float] = []
     for run, window in zip(runs, windows, strict=True):
@@ -172,7 +172,8 @@ def level_metrics(
                 tpot.append(record.tpot_s)
             if record.e2e_s is not None:
                 e2e.append(record.e2e_s)
-            itl.extend(record.itl_s)
+            itl.append(np.diff(np.frombuffer(record.chunk_s, dtype=float)))
+    gaps: Any = np.concatenate(itl) if itl else []
     seconds = sum(w.seconds for w in windows)
     throughput = None
     if seconds > 0 and tokens:
@@ -200,7 +201,7 @@ def level_metrics(
         requests_per_s=completed / seconds if seconds > 0 else None,
         ttft_s=percentiles(ttft),
         tpot_s=percentiles(tpot),
-        itl_s=percentiles(itl),
+        itl_s=percentiles(gaps),
         e2e_s=percentiles(e2e),
         send_lag_s=percentiles([r.send_lag_s for r in records]),
         late_requests=sum(run.late_requests for run in runs),
