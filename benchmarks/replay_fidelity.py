@@ -6,6 +6,7 @@ recording would be.
 
     .venv/bin/python benchmarks/replay_fidelity.py --fake             # the local fake server (tests/), own process
     .venv/bin/python benchmarks/replay_fidelity.py --base-url http://127.0.0.1:8000 --model MODEL [--api-key KEY]
+    .venv/bin/python benchmarks/replay_fidelity.py --vllm    # launches a bf16 SmolLM2 vLLM server for the run
 
 Options: --requests 2000 --rate 20 --max-tokens 16 --seed 0 --out FILE (the summary as JSON). Against a real
 server each request asks for `--max-tokens` tokens with `ignore_eos` and no log-probabilities; a server slower
@@ -76,6 +77,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--fake", action="store_true", help="start the local fake server (tests/) in its own process")
     parser.add_argument("--base-url", default=None, help="an OpenAI-compatible server, e.g. http://127.0.0.1:8000")
+    parser.add_argument("--vllm", action="store_true", help="launch a vLLM server (bundled SmolLM2, bf16) for the run")
     parser.add_argument("--model", default="m", help="the served model's name (the server's --model)")
     parser.add_argument("--api-key", default=os.environ.get("VLLM_API_KEY"), help="default: $VLLM_API_KEY")
     parser.add_argument("--requests", type=int, default=2000)
@@ -84,11 +86,23 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
-    if args.fake == (args.base_url is not None):
-        parser.error("give exactly one of --fake and --base-url")
+    if sum([args.fake, args.base_url is not None, args.vllm]) != 1:
+        parser.error("give exactly one of --fake, --base-url and --vllm")
 
     server = None
-    if args.fake:
+    launched = None
+    if args.vllm:
+        from runinfra_opt.engine.vllm.environment import resolve_environment
+        from runinfra_opt.engine.vllm.server import ServerConfig, VllmServer
+        from runinfra_opt.models import ensure_converted, resolve_model
+
+        model_dir = str(ensure_converted(resolve_model("default")))
+        launched = VllmServer(
+            resolve_environment().python, ServerConfig(model_dir), Path(tempfile.mkdtemp()), name="replay-fidelity"
+        )
+        launched.__enter__()
+        base_url, api_key, args.model = launched.base_url, launched.api_key, launched.model_name
+    elif args.fake:
         server = subprocess.Popen(
             [sys.executable, "-c", FAKE], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
         )
@@ -107,12 +121,16 @@ def main() -> None:
     finally:
         if server is not None:
             server.communicate(input="", timeout=30)
+        if launched is not None:
+            launched.__exit__(None, None, None)
     peak_rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     lags_ms = [lag * 1000 for lag in run_result.send_lags()]
     lag = percentiles(lags_ms, (50, 90, 99))
     metrics = level_metrics([run_result])
     report = {
-        "server": "fake (tests/fake_openai_server.py, own process)" if args.fake else base_url,
+        "server": "fake (tests/fake_openai_server.py, own process)"
+        if args.fake
+        else ("vLLM 0.32 CPU, bundled SmolLM2 bf16, launched for the run" if args.vllm else base_url),
         "requests": args.requests,
         "rate_per_s": args.rate,
         "max_tokens": args.max_tokens,

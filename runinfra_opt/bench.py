@@ -17,7 +17,7 @@ from runinfra_opt.engine.protocol import Engine
 from runinfra_opt.errors import UserInputError
 from runinfra_opt.methods import BASELINE, Variant, get_method
 from runinfra_opt.methods.base import MethodOptions
-from runinfra_opt.records import DEFAULT_TIE_TOLERANCE, RequestRecord, compare_to_baseline
+from runinfra_opt.records import RequestRecord, compare_to_baseline, default_tie_tolerance
 from runinfra_opt.results import Interval, Summary
 from runinfra_opt.stats import speedup, summarize
 from runinfra_opt.workload.model import Request, Workload
@@ -123,7 +123,8 @@ class BenchConfig:
     draft: str | None = None
     engine: str = "transformers"
     vllm_python: str | None = None
-    tie_tolerance: float = DEFAULT_TIE_TOLERANCE
+    tie_tolerance: float | None = None
+    """None: by the engine's dtype (`records.TIE_TOLERANCES`)."""
     requests: int | None = None
     repeat: int = 1
     vs_baseline: bool = False
@@ -239,7 +240,7 @@ def run_bench(
     engine_registry.check(config.engine)
     if config.vllm_python is not None and config.engine != "vllm":
         raise UserInputError("--vllm-python needs --engine vllm")
-    if config.tie_tolerance < 0:
+    if config.tie_tolerance is not None and config.tie_tolerance < 0:
         raise UserInputError(f"--tie-tolerance {config.tie_tolerance}: must be >= 0")
     engine = engine_registry.open_engine(
         config.engine,
@@ -269,7 +270,9 @@ def run_bench(
             max_tokens=config.max_tokens,
             repeat=config.repeat,
             progress=progress,
-            tie_tolerance=config.tie_tolerance,
+            tie_tolerance=config.tie_tolerance
+            if config.tie_tolerance is not None
+            else default_tie_tolerance(engine.environment().get("dtype")),
         )
         environment = engine.environment()
     finally:

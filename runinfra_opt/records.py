@@ -10,11 +10,17 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-DEFAULT_TIE_TOLERANCE = 0.1
-"""`--tie-tolerance` (nats): a divergence where the baseline's top-1 and top-2 log-probabilities are this close
-is a numerical near-tie. bfloat16 carries ~3 significant digits, so logits of magnitude ~10-20 round by a few
-hundredths; 0.1 covers that with a margin and stays far below a confident choice (0.1 nats is a 10% odds
-ratio between the two candidates)."""
+TIE_TOLERANCES = {"bfloat16": 0.25, "float16": 0.05, "float32": 0.01}
+"""`--tie-tolerance` by the engine's dtype (nats): a divergence where the baseline's top-1 and top-2
+log-probabilities are this close is a numerical near-tie. bfloat16 keeps 8 significant bits: SmolLM2's top
+logits (magnitude 16-32) are spaced 0.125 apart, and on vLLM's bfloat16 server every margin seen at a divergence
+was 0.0 or 0.125 (one step): two steps, 0.25, is the bf16 default. float16 keeps 11 bits (a step of 0.016 there);
+float32 is exact but for summation order (1e-5-scale differences): 0.01 leaves only true ties."""
+
+
+def default_tie_tolerance(dtype: str | None) -> float:
+    """The tie tolerance for an engine running in `dtype` (float32's when unknown)."""
+    return TIE_TOLERANCES.get(str(dtype), TIE_TOLERANCES["float32"])
 
 
 class RequestRecord(BaseModel):

@@ -8,7 +8,6 @@ import typer
 from rich.console import Console
 
 from runinfra_opt.cli.app import app, handle_errors, progress_bar
-from runinfra_opt.records import DEFAULT_TIE_TOLERANCE
 
 
 @app.command()
@@ -26,10 +25,11 @@ def bench(
     vllm_python: str | None = typer.Option(
         None, "--vllm-python", help="Python of an existing vLLM environment (default: `engine install vllm`'s)."
     ),
-    tie_tolerance: float = typer.Option(
-        DEFAULT_TIE_TOLERANCE,
+    tie_tolerance: float | None = typer.Option(
+        None,
         "--tie-tolerance",
-        help="Nats: a greedy divergence where the baseline's top two tokens are this close is a near-tie (vllm).",
+        help="Nats: a greedy divergence where the baseline's top two tokens are this close is a near-tie "
+        "(vllm; default by dtype: bfloat16 0.25, float16 0.05, float32 0.01).",
     ),
     draft: str | None = typer.Option(None, "--draft", help="Draft model for --method draft."),
     ngram_max: int = typer.Option(2, "--ngram-max", help="Prompt lookup's max n-gram match size."),

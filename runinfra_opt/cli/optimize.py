@@ -30,7 +30,6 @@ from runinfra_opt.optimize.config import (
     parse_priority,
 )
 from runinfra_opt.optimize.rundir import latest_left_note, moves_latest
-from runinfra_opt.records import DEFAULT_TIE_TOLERANCE
 
 if TYPE_CHECKING:  # pragma: no cover
     from rich.progress import Progress, TaskID
@@ -85,10 +84,11 @@ def optimize(
     vllm_python: str | None = typer.Option(
         None, "--vllm-python", help="Python of an existing vLLM environment (default: `engine install vllm`'s)."
     ),
-    tie_tolerance: float = typer.Option(
-        DEFAULT_TIE_TOLERANCE,
+    tie_tolerance: float | None = typer.Option(
+        None,
         "--tie-tolerance",
-        help="Nats: a greedy divergence where the baseline's top two tokens are this close is a near-tie (vllm).",
+        help="Nats: a greedy divergence where the baseline's top two tokens are this close is a near-tie "
+        "(vllm; default by dtype: bfloat16 0.25, float16 0.05, float32 0.01).",
     ),
     draft: list[str] = typer.Option(
         [],

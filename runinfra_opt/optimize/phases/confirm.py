@@ -17,7 +17,7 @@ from runinfra_opt.methods import BASELINE, Variant, get_method
 from runinfra_opt.optimize.config import OptimizeConfig
 from runinfra_opt.optimize.plan import replan_confirmation
 from runinfra_opt.optimize.state import WARMUP_TOKENS, RunState
-from runinfra_opt.records import compare_to_baseline, disqualifying
+from runinfra_opt.records import compare_to_baseline, default_tie_tolerance, disqualifying
 from runinfra_opt.results import RunResults, VariantResult
 from runinfra_opt.stats import summarize_by_category, summarize_with_intervals
 
@@ -142,7 +142,7 @@ def run(state: RunState) -> None:
         if ties and variant.is_speculative:
             results.add_note(
                 f"{variant.name}: output differs from the baseline's at a numerical near-tie (the baseline's top "
-                f"two candidates within --tie-tolerance {state.config.tie_tolerance:g} nats) on "
+                f"two candidates within --tie-tolerance {tie_tolerance(state):g} nats) on "
                 f"{', '.join(ties)}; not disqualified"
             )
         if mismatched and variant.is_speculative:
@@ -185,7 +185,7 @@ def _time_locally(state: RunState, variants: list[Variant]) -> None:
                     continue
                 record = engine.generate(request, variant, max_tokens=state.max_tokens, repeat=repeat)
                 if request.id in reference:
-                    compare_to_baseline(record, reference[request.id], tie_tolerance=state.config.tie_tolerance)
+                    compare_to_baseline(record, reference[request.id], tie_tolerance=tie_tolerance(state))
                 state.variant_result(variant).measured_requests.append(record)
                 changed = True
                 state.reporter.advance(f"{request.id} {variant.name}")
@@ -221,7 +221,7 @@ def _time_by_variant(state: RunState, variants: list[Variant]) -> None:
             for repeat, request in todo:
                 record = engine.generate(request, variant, max_tokens=state.max_tokens, repeat=repeat)
                 if request.id in reference:
-                    compare_to_baseline(record, reference[request.id], tie_tolerance=state.config.tie_tolerance)
+                    compare_to_baseline(record, reference[request.id], tie_tolerance=tie_tolerance(state))
                 vr.measured_requests.append(record)
                 state.save()
                 state.reporter.advance(f"{variant.name} {request.id}")
@@ -248,3 +248,10 @@ def _record_launches(state: RunState) -> None:
         state.results.launches.extend(launch.to_dict() for launch in launches)
         launches.clear()
         state.save()
+
+
+def tie_tolerance(state: RunState) -> float:
+    """`--tie-tolerance`, else the default for the engine's dtype."""
+    if state.config.tie_tolerance is not None:
+        return state.config.tie_tolerance
+    return default_tie_tolerance(state.results.environment.get("dtype"))
