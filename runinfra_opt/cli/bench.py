@@ -13,14 +13,16 @@ from runinfra_opt.cli.app import app, handle_errors, progress_bar
 @app.command()
 @handle_errors
 def bench(
-    method: str = typer.Option(..., "--method", help="baseline, ngram, early_exit or draft."),
+    method: str = typer.Option(..., "--method", help="baseline, ngram, early_exit, draft, eagle or eagle3."),
     lookahead: int | None = typer.Option(None, "--lookahead", help="Tokens drafted per target pass (k)."),
     workload: str = typer.Option("mixed", "--workload", help="Bundled workload name or a workload file."),
     target: str = typer.Option("default", "--target", help="default, a model directory, a .gguf file or a hub id."),
     engine: str = typer.Option(
         "transformers", "--engine", help="The engine that runs and measures: transformers (in-process)."
     ),
-    draft: str | None = typer.Option(None, "--draft", help="Draft model for --method draft."),
+    draft: str | None = typer.Option(
+        None, "--draft", help="Draft model for --method draft, or eagle3:PATH / eagle:PATH (an EAGLE-3 / EAGLE head)."
+    ),
     ngram_max: int = typer.Option(2, "--ngram-max", help="Prompt lookup's max n-gram match size."),
     exit_layer: int | None = typer.Option(None, "--exit-layer", help="Layer that drafts, for --method early_exit."),
     requests: int | None = typer.Option(None, "--requests", help="Use only the first N requests."),

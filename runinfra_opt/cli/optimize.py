@@ -82,7 +82,8 @@ def optimize(
     draft: list[str] = typer.Option(
         [],
         "--draft",
-        help="A draft model to consider (repeatable). Default: the drafts distilled for the target in --drafts-dir.",
+        help="A draft model to consider (repeatable), or eagle3:PATH / eagle:PATH for an EAGLE-3 / EAGLE head. "
+        "Default: the drafts distilled for the target in --drafts-dir.",
     ),
     drafts_dir: Path = typer.Option(
         DEFAULT_DRAFTS_DIR,
@@ -90,7 +91,9 @@ def optimize(
         help="Where drafts made by `draft distill` are found when no --draft is given (only those for this target).",
     ),
     methods: list[str] = typer.Option(
-        [], "--methods", help="Methods to consider: ngram, early_exit, draft (repeatable or comma-separated)."
+        [],
+        "--methods",
+        help="Methods to consider: ngram, early_exit, draft, eagle, eagle3 (repeatable or comma-separated).",
     ),
     lookahead: list[str] = typer.Option(
         [], "--lookahead", help="Lookaheads for every method, replacing the defaults (e.g. 2,4,8)."

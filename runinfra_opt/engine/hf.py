@@ -469,8 +469,10 @@ def open_engine(
     skip_too_long: bool = False,
     on_load: Callable[[str], None] | None = None,
 ) -> HFEngine:
-    """Load the target and every draft (on the target's device) and build the engine over them, as bench and
-    optimize do; `on_load(label)` is called after each model."""
+    """Load the target and every draft model (on the target's device) and build the engine over them, as bench
+    and optimize do; `on_load(label)` is called after each model. Heads that only serving engines run
+    (`eagle3:PATH`) are not loaded: `supports()` says why their variants cannot run here."""
+    from runinfra_opt.methods.registry import draft_owner
     from runinfra_opt.models import load_model
 
     loaded = load_model(target, device=device, dtype=dtype)
@@ -478,6 +480,10 @@ def open_engine(
         on_load(f"target {loaded.name}")
     draft_models = {}
     for spec in drafts:
+        if draft_owner(spec) is not None:
+            if on_load is not None:
+                on_load(f"draft {spec} (not loaded: serving engines only)")
+            continue
         draft_models[spec] = load_model(spec, device=loaded.device, dtype=dtype)
         if on_load is not None:
             on_load(f"draft {draft_models[spec].name}")
