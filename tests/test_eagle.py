@@ -96,7 +96,12 @@ def test_optimize_and_bench_reject_a_bad_head_before_loading_anything(tmp_path: 
     ]
     result = runner.invoke(app, ["bench", "--method", "eagle3", "--lookahead", "3"])
     assert result.exit_code == 2
-    assert "--method eagle3 needs --draft eagle3:PATH" in result.stderr
+    assert "--method eagle3 needs --draft eagle3:PATH, the head's directory" in result.stderr
+    result = runner.invoke(app, ["bench", "--method", "eagle3", "--draft", f"eagle:{tmp_path}", "--lookahead", "3"])
+    assert result.exit_code == 2
+    assert f"--method eagle3 needs --draft eagle3:PATH, the head's directory (got --draft eagle:{tmp_path})" in (
+        result.stderr
+    )
 
 
 def test_transformers_engine_loads_no_head_and_says_why_it_cannot_run_one(

@@ -78,11 +78,11 @@ class EagleHead(SpecMethod):
 
     def from_options(self, options: MethodOptions) -> Variant:
         lookahead = require_lookahead(self.name, options)
-        if options.draft is None:
-            raise UserInputError(f"--method {self.name} needs --draft {self.name}:PATH (the head's directory)")
-        spec = options.draft if options.draft.startswith(f"{self.name}:") else self.spec(options.draft)
-        self.check_draft(spec)
-        return Variant(self.name, lookahead=lookahead, draft=spec)
+        if options.draft is None or not options.draft.startswith(f"{self.name}:"):
+            given = f" (got --draft {options.draft})" if options.draft is not None else ""
+            raise UserInputError(f"--method {self.name} needs --draft {self.name}:PATH, the head's directory{given}")
+        self.check_draft(options.draft)
+        return Variant(self.name, lookahead=lookahead, draft=options.draft)
 
     def family(self, variant: Variant) -> str:
         return f"{self.name} {draft_short_name(head_path(variant.draft or ''))}"
@@ -117,8 +117,12 @@ class EagleHead(SpecMethod):
             "note": f"transformers cannot run an {self.title} head: serve it with vLLM or SGLang (below).",
         }
 
+    def served_path(self, variant: Variant, draft_path: str | None) -> str:
+        """The head's directory as a server is given it (`~` expanded: a server does not expand it)."""
+        return str(Path(head_path(draft_path or variant.draft or "")).expanduser())
+
     def serving_vllm(self, variant: Variant, draft_path: str | None) -> dict[str, Any]:
-        path = head_path(draft_path or variant.draft or "")
+        path = self.served_path(variant, draft_path)
         config = {"method": self.name, "model": path, "num_speculative_tokens": variant.lookahead}
         return vllm_speculative(config, f"An {self.title} head (given by path), k = {variant.lookahead}.")
 
@@ -130,7 +134,7 @@ class EagleHead(SpecMethod):
                 "--speculative-algorithm",
                 self.sglang_algorithm,
                 "--speculative-draft-model-path",
-                head_path(draft_path or variant.draft or ""),
+                self.served_path(variant, draft_path),
                 "--speculative-num-steps",
                 str(k),
                 "--speculative-eagle-topk",
