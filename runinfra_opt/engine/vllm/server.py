@@ -164,20 +164,30 @@ def config_file_mapping(args: list[str]) -> dict[str, Any]:
 
 # Run in the vLLM environment: parse each list of serving arguments with vLLM's own `vllm serve` parser (which
 # also reads a `--config FILE`), run its quick checks, and build the engine configuration (reads the model's
-# config.json and validates the speculative configuration without loading weights). Prints the parsed values
-# as one JSON line per list.
+# config.json and validates the speculative configuration without loading weights). Prints one JSON line per
+# list: the parsed values, or vLLM's message when it rejects them (vLLM is imported once for all).
 _CHECK_ARGS = """
-import json, sys
+import contextlib, io, json, sys
 from vllm.engine.arg_utils import AsyncEngineArgs
 from vllm.entrypoints.launchers.cli_args import make_arg_parser, validate_parsed_serve_args
 from vllm.utils.argparse_utils import FlexibleArgumentParser
 for argv in json.loads(sys.stdin.read()):
-    args = make_arg_parser(FlexibleArgumentParser()).parse_args(argv)
-    validate_parsed_serve_args(args)
-    if "--build-config" in sys.argv:
-        AsyncEngineArgs.from_cli_args(args).create_engine_config()
-    print(json.dumps({"model": args.model, "dtype": args.dtype, "max_model_len": args.max_model_len,
-                      "seed": args.seed, "speculative_config": args.speculative_config}, default=str), flush=True)
+    usage = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(usage):
+            args = make_arg_parser(FlexibleArgumentParser()).parse_args(argv)
+        validate_parsed_serve_args(args)
+        if "--build-config" in sys.argv:
+            AsyncEngineArgs.from_cli_args(args).create_engine_config()
+        out = {"model": args.model, "dtype": args.dtype, "max_model_len": args.max_model_len, "seed": args.seed,
+               "speculative_config": args.speculative_config}
+    except SystemExit:
+        lines = [line for line in usage.getvalue().splitlines() if line.strip()]
+        out = {"error": lines[-1] if lines else "invalid arguments"}
+    except Exception as exc:
+        message = " ".join(line.strip() for line in str(exc).splitlines() if line.strip())
+        out = {"error": f"{type(exc).__name__}: {message}"[:600]}
+    print(json.dumps(out, default=str), flush=True)
 """
 
 
@@ -187,14 +197,18 @@ def check_serve_args(
     """Parse `vllm serve` arguments with vLLM's own parser in its environment (and, with `build_config`, build
     its engine configuration, which rejects a bad speculative config in seconds instead of a failed launch).
     Returns what vLLM parsed; raises ServerError with vLLM's own message."""
-    return check_serve_args_many(python, [args], build_config=build_config, timeout_s=timeout_s)[0]
+    (parsed,) = check_serve_args_many(python, [args], build_config=build_config, timeout_s=timeout_s)
+    if "error" in parsed:
+        raise ServerError(f"vLLM rejects the serving arguments: {parsed['error']}")
+    return parsed
 
 
 def check_serve_args_many(
     python: str, arg_lists: list[list[str]], *, build_config: bool = True, timeout_s: float = 300
 ) -> list[dict[str, Any]]:
-    """`check_serve_args` for several argument lists in one process (vLLM is imported once): what vLLM parsed
-    of each, in order; the first list vLLM rejects raises ServerError with vLLM's own message."""
+    """`check_serve_args` for several argument lists in one process (vLLM is imported once): for each, in
+    order, what vLLM parsed, or `{"error": <vLLM's message>}` when it rejects them. Raises ServerError when
+    vLLM cannot be run at all."""
     command = [python, "-c", _CHECK_ARGS, *(["--build-config"] if build_config else [])]
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1"}
     try:
@@ -209,13 +223,13 @@ def check_serve_args_many(
         )
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise ServerError(f"cannot check vLLM arguments with {python}: {exc}") from None
-    if done.returncode != 0:
+    results = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")][-len(arg_lists) :]
+    if done.returncode != 0 or len(results) != len(arg_lists):
         lines = [line for line in done.stderr.strip().splitlines() if line.strip()]
         raise ServerError(
-            f"vLLM rejects the serving arguments: {lines[-1] if lines else 'exit ' + str(done.returncode)}"
+            f"cannot check vLLM arguments with {python}: {lines[-1] if lines else 'exit ' + str(done.returncode)}"
         )
-    parsed = [line for line in done.stdout.strip().splitlines() if line.startswith("{")]
-    return [dict(json.loads(line)) for line in parsed[-len(arg_lists) :]]
+    return [dict(result) for result in results]
 
 
 def free_port(host: str = HOST) -> int:
