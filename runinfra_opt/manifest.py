@@ -8,8 +8,8 @@ Serving settings come from each method's module (`runinfra_opt/methods/<method>.
 - transformers: `generate()` kwargs, plus the settings that must be put on the assistant's `generation_config`
   (the target's for early exit), because `generate()` ignores them as kwargs.
 - vLLM: the full `vllm serve` argument list (`--model`, `--dtype`, `--max-model-len`, the
-  `--speculative-config` JSON, `--seed`), built by `ServeSettings.server_config` (the same function the vLLM
-  engine launches servers with), and the `--speculative-config` JSON on its own (`method` `ngram` with
+  `--speculative-config` JSON, `--seed`), built by `ServeSettings.server_config` (the function a vLLM
+  server's arguments are built with, in `engine/vllm/server.py`), and the `--speculative-config` JSON on its own (`method` `ngram` with
   `prompt_lookup_min`/`prompt_lookup_max`, `draft_model` or `eagle`/`eagle3` with `model`;
   `num_speculative_tokens`). Early exit (LayerSkip-style self-drafting) has no vLLM method: null with a note.
   `vllm_config_text` turns those arguments into a `vllm serve --config` YAML file; `write_manifest` writes it
@@ -131,10 +131,10 @@ def _measured(results: RunResults, decision: Decision) -> dict[str, Any]:
 
 
 def vllm_serve_settings(results: RunResults) -> ServeSettings:
-    """What the run's vLLM servers were (or would be) launched with. A run on the vLLM engine records its
-    `ServeSettings` in its environment; for a run on another engine they are derived: the target's directory
-    (a GGUF target's cached transformers conversion, which the run loaded; a hub id as it is), the dtype it was
-    measured in, the default context length and the run's seed."""
+    """What the run's vLLM servers were (or would be) launched with: the `ServeSettings` an engine recorded in
+    the run's environment (under `ServeSettings.ENVIRONMENT_KEY`), else derived from the run: the target's
+    directory (a GGUF target's transformers conversion, which the run loaded, under the cache directory; a hub
+    id as it is), the dtype it was measured in, the default context length and the run's seed."""
     recorded = results.environment.get(ServeSettings.ENVIRONMENT_KEY)
     if isinstance(recorded, dict) and recorded.get("model"):
         return ServeSettings.from_dict(recorded)

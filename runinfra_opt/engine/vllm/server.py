@@ -80,10 +80,10 @@ class ServerConfig:
 class ServeSettings:
     """What every variant of a run is served with: the target (a directory or hub id vLLM loads), its dtype,
     context length and seed, plus further `vllm serve` arguments. `server_config(variant)` is the one place
-    where a variant becomes `vllm serve` arguments: the engine launches them, the manifest records them
-    (`serving.vllm.args`) and `manifest export --format vllm-config` writes them as a `--config` file. An
-    engine records its settings in the run's environment under `ENVIRONMENT_KEY` (`to_dict()`), so that the
-    manifest carries what was launched."""
+    where a variant becomes `vllm serve` arguments, for an engine to launch, for the manifest to record
+    (`serving.vllm.args`) and for `manifest export --format vllm-config` to write as a `--config` file. An
+    engine that launches servers records its settings in the run's environment under `ENVIRONMENT_KEY`
+    (`to_dict()`), so that the manifest carries what was launched."""
 
     model: str
     dtype: str = DEFAULT_DTYPE
