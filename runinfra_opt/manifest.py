@@ -9,9 +9,9 @@ Serving settings come from each method's module (`runinfra_opt/methods/<method>.
   (the target's for early exit), because `generate()` ignores them as kwargs.
 - vLLM: the full `vllm serve` argument list (`--model`, `--dtype`, `--max-model-len`, the
   `--speculative-config` JSON, `--seed`), built by `ServeSettings.server_config` (the function a vLLM
-  server's arguments are built with, in `engine/vllm/server.py`), and the `--speculative-config` JSON on its own (`method` `ngram` with
-  `prompt_lookup_min`/`prompt_lookup_max`, `draft_model` or `eagle`/`eagle3` with `model`;
-  `num_speculative_tokens`). Early exit (LayerSkip-style self-drafting) has no vLLM method: null with a note.
+  server's arguments are built with, in `engine/vllm/server.py`), and the `--speculative-config` JSON on its
+  own (`method` `ngram` with `prompt_lookup_min`/`prompt_lookup_max`, `draft_model` or `eagle`/`eagle3` with
+  `model`; `num_speculative_tokens`). Early exit (LayerSkip-style self-drafting) has no vLLM method: null with a note.
   `vllm_config_text` turns those arguments into a `vllm serve --config` YAML file; `write_manifest` writes it
   next to the manifest (`<stem>.vllm.yaml`).
 - SGLang: `--speculative-algorithm STANDALONE` with `--speculative-draft-model-path`, `--speculative-num-steps`,
