@@ -133,12 +133,13 @@ def _measured(results: RunResults, decision: Decision) -> dict[str, Any]:
 def vllm_serve_settings(results: RunResults) -> ServeSettings:
     """What the run's vLLM servers were (or would be) launched with: the `ServeSettings` an engine recorded in
     the run's environment (under `ServeSettings.ENVIRONMENT_KEY`), else derived from the run: the target's
-    directory (a GGUF target's transformers conversion, which the run loaded, under the cache directory; a hub
-    id as it is), the dtype it was measured in, the default context length and the run's seed."""
+    directory (the vllm engine records the directory it served; a GGUF target's transformers conversion, which
+    the run loaded, under the cache directory; a hub id as it is), the dtype it was measured in, the context
+    length the environment records (the vllm engine's) or the default, and the run's seed."""
     recorded = results.environment.get(ServeSettings.ENVIRONMENT_KEY)
     if isinstance(recorded, dict) and recorded.get("model"):
         return ServeSettings.from_dict(recorded)
-    from runinfra_opt.engine.vllm.server import DEFAULT_DTYPE
+    from runinfra_opt.engine.vllm.server import DEFAULT_DTYPE, DEFAULT_MAX_MODEL_LEN
     from runinfra_opt.models import converted_dir_for
 
     target = results.target
@@ -149,7 +150,9 @@ def vllm_serve_settings(results: RunResults) -> ServeSettings:
     elif target.path and "/snapshots/" in target.path:
         model = target.spec  # a hub id, loaded from the Hugging Face cache
     dtype = target.dtype if target.dtype in {"float32", "bfloat16", "float16"} else DEFAULT_DTYPE
-    return ServeSettings(model=model, dtype=dtype, seed=int(results.config.get("seed") or 0))
+    recorded_len = results.environment.get("max_model_len")  # what the vllm engine served with
+    max_model_len = recorded_len if isinstance(recorded_len, int) and recorded_len > 0 else DEFAULT_MAX_MODEL_LEN
+    return ServeSettings(model, dtype, max_model_len, seed=int(results.config.get("seed") or 0))
 
 
 def _serving_vllm(results: RunResults, variant: Variant, draft_path: str | None) -> dict[str, Any]:

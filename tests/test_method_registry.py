@@ -26,7 +26,7 @@ from runinfra_opt.results import load_results
 
 
 def test_builtin_methods_in_rank_order() -> None:
-    assert method_names() == ["baseline", "ngram", "early_exit", "draft", "eagle", "eagle3"]
+    assert method_names() == ["baseline", "ngram", "vllm_ngram", "early_exit", "draft", "eagle", "eagle3"]
 
 
 def test_unknown_method_lists_the_available_ones() -> None:

@@ -22,6 +22,7 @@ BUILTIN: dict[str, str] = {
     "ngram": "runinfra_opt.methods.ngram:METHOD",
     "early_exit": "runinfra_opt.methods.early_exit:METHOD",
     "draft": "runinfra_opt.methods.draft:METHOD",
+    "vllm_ngram": "runinfra_opt.methods.vllm_ngram:METHOD",
     "eagle": "runinfra_opt.methods.eagle:EAGLE",
     "eagle3": "runinfra_opt.methods.eagle:EAGLE3",
 }
