@@ -167,8 +167,9 @@ class OpenAIClient:
         model: str,
         *,
         timeout_s: float = DEFAULT_TIMEOUT_S,
-        max_connections: int = 64,
+        max_connections: int | None = 64,
     ) -> None:
+        """`max_connections=None`: no cap (an open-loop load must not queue requests inside the client)."""
         self.base_url = base_url.rstrip("/")
         self.model = model
         self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
