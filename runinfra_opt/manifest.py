@@ -7,9 +7,13 @@ JSON Schema shipped in the package (`schemas/manifest.schema.json`, draft 2020-1
 Serving settings come from each method's module (`runinfra_opt/methods/<method>.py`, asked through the registry):
 - transformers: `generate()` kwargs, plus the settings that must be put on the assistant's `generation_config`
   (the target's for early exit), because `generate()` ignores them as kwargs.
-- vLLM: the `--speculative-config` JSON (`method` `ngram` with `prompt_lookup_min`/`prompt_lookup_max`, or
-  `draft_model` with `model`; `num_speculative_tokens`). Early exit (LayerSkip-style self-drafting) has no
-  vLLM method: null with a note.
+- vLLM: the full `vllm serve` argument list (`--model`, `--dtype`, `--max-model-len`, the
+  `--speculative-config` JSON, `--seed`), built by `ServeSettings.server_config` (the function a vLLM
+  server's arguments are built with, in `engine/vllm/server.py`), and the `--speculative-config` JSON on its
+  own (`method` `ngram` with `prompt_lookup_min`/`prompt_lookup_max`, `draft_model` or `eagle`/`eagle3` with
+  `model`; `num_speculative_tokens`). Early exit (LayerSkip-style self-drafting) has no vLLM method: null with a note.
+  `vllm_config_text` turns those arguments into a `vllm serve --config` YAML file; `write_manifest` writes it
+  next to the manifest (`<stem>.vllm.yaml`).
 - SGLang: `--speculative-algorithm STANDALONE` with `--speculative-draft-model-path`, `--speculative-num-steps`,
   `--speculative-eagle-topk 1`, `--speculative-num-draft-tokens`; n-gram: `--speculative-algorithm NGRAM`
   (CUDA only) with its match-window flags. Early exit: not supported, null with a note.
@@ -24,7 +28,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from runinfra_opt.errors import RuninfraError, UserInputError
+from runinfra_opt.engine.vllm.server import ServeSettings, config_file_mapping
+from runinfra_opt.errors import InputProblems, RuninfraError, UserInputError
 from runinfra_opt.exitcodes import ExitCode
 from runinfra_opt.fsutil import atomic_write_text
 from runinfra_opt.methods import Variant, draft_short_name, get_method
@@ -125,6 +130,40 @@ def _measured(results: RunResults, decision: Decision) -> dict[str, Any]:
     return out
 
 
+def vllm_serve_settings(results: RunResults) -> ServeSettings:
+    """What the run's vLLM servers were (or would be) launched with: the `ServeSettings` an engine recorded in
+    the run's environment (under `ServeSettings.ENVIRONMENT_KEY`), else derived from the run: the target's
+    directory (the vllm engine records the directory it served; a GGUF target's transformers conversion, which
+    the run loaded, under the cache directory; a hub id as it is), the dtype it was measured in, the context
+    length the environment records (the vllm engine's) or the default, and the run's seed."""
+    recorded = results.environment.get(ServeSettings.ENVIRONMENT_KEY)
+    if isinstance(recorded, dict) and recorded.get("model"):
+        return ServeSettings.from_dict(recorded)
+    from runinfra_opt.engine.vllm.server import DEFAULT_DTYPE, DEFAULT_MAX_MODEL_LEN
+    from runinfra_opt.models import converted_dir_for
+
+    target = results.target
+    assert target is not None
+    model = target.path or target.spec
+    if model.endswith(".gguf") and target.file_sha256:
+        model = str(converted_dir_for(target.name, target.file_sha256))
+    elif target.path and "/snapshots/" in target.path:
+        model = target.spec  # a hub id, loaded from the Hugging Face cache
+    dtype = target.dtype if target.dtype in {"float32", "bfloat16", "float16"} else DEFAULT_DTYPE
+    recorded_len = results.environment.get("max_model_len")  # what the vllm engine served with
+    max_model_len = recorded_len if isinstance(recorded_len, int) and recorded_len > 0 else DEFAULT_MAX_MODEL_LEN
+    return ServeSettings(model, dtype, max_model_len, seed=int(results.config.get("seed") or 0))
+
+
+def _serving_vllm(results: RunResults, variant: Variant, draft_path: str | None) -> dict[str, Any]:
+    """The manifest's `serving.vllm`: the method's block, with `args` the full `vllm serve` argument list."""
+    serving = get_method(variant.method).serving_vllm(variant, draft_path)
+    if not serving.get("supported"):
+        return serving
+    config = vllm_serve_settings(results).server_config(variant, draft_path)
+    return {**serving, "speculativeConfig": config.speculative_config, "args": config.serve_args()}
+
+
 def build_manifest(results: RunResults) -> dict[str, Any]:
     """The manifest of a finished run (pure: a function of `results` only)."""
     decision = results.decision
@@ -216,7 +255,7 @@ def build_manifest(results: RunResults) -> dict[str, Any]:
         "speculative": speculative,
         "serving": {
             "transformers": method.serving_transformers(variant, draft_path),
-            "vllm": method.serving_vllm(variant, draft_path),
+            "vllm": _serving_vllm(results, variant, draft_path),
             "sglang": method.serving_sglang(variant, draft_path),
         },
     }
@@ -225,9 +264,11 @@ def build_manifest(results: RunResults) -> dict[str, Any]:
 # --------------------------------------------------------------------------- reading and writing
 
 
-def write_manifest(path: Path, manifest: dict[str, Any]) -> None:
-    """Validate `manifest` against the schema, then write it as YAML atomically. An invalid manifest is a bug
-    in runinfra-opt (`ManifestInvalidError`, exit 1) and nothing is written."""
+def write_manifest(path: Path, manifest: dict[str, Any]) -> Path | None:
+    """Validate `manifest` against the schema, then write it as YAML atomically, and next to it its vLLM
+    serving arguments as a `vllm serve --config` file (`vllm_config_path`; returned, None when the winner has no
+    vLLM equivalent). An invalid manifest is a bug in runinfra-opt (`ManifestInvalidError`, exit 1) and nothing
+    is written."""
     import yaml
 
     problems = validate_manifest(manifest)
@@ -235,6 +276,100 @@ def write_manifest(path: Path, manifest: dict[str, Any]) -> None:
         raise ManifestInvalidError("the manifest failed its schema (nothing written): " + "; ".join(problems[:5]))
     header = f"# {KIND} written by runinfra-opt; validate with `runinfra-opt manifest validate {path.name}`\n"
     atomic_write_text(path, header + yaml.safe_dump(manifest, sort_keys=False, allow_unicode=True, width=100))
+    return write_vllm_config(path, manifest)
+
+
+# --------------------------------------------------------------------------- exports
+
+VLLM_CONFIG = "vllm-config"
+EXPORT_FORMATS = (VLLM_CONFIG,)
+_VLLM_CONFIG_MARK = "# vLLM serving arguments exported by runinfra-opt"
+
+
+def vllm_config_path(manifest_path: Path) -> Path:
+    """Where `optimize` writes a manifest's `vllm serve --config` file: `<manifest stem>.vllm.yaml` beside it."""
+    name = manifest_path.name
+    stem = manifest_path.stem if manifest_path.suffix.lower() in {".yaml", ".yml", ".json"} else name
+    return manifest_path.with_name(f"{stem}.vllm.yaml")
+
+
+def vllm_config_args(manifest: dict[str, Any], source: str) -> list[str]:
+    """The manifest's `serving.vllm.args`, checked to be exportable: the winner runs on vLLM, the arguments
+    name the model (manifests written before they carried the full list do not), and carry no API key."""
+    serving = manifest.get("serving")
+    vllm = serving.get("vllm") if isinstance(serving, dict) else None
+    if not isinstance(vllm, dict):
+        raise UserInputError(f"{source}: serving.vllm: required field missing")
+    winner = (manifest.get("decision") or {}).get("winner", "?")
+    if not vllm.get("supported"):
+        raise UserInputError(
+            f"{source}: serving.vllm.supported: false (the winner {winner} has no vLLM equivalent): nothing to export"
+        )
+    args = vllm.get("args")
+    if not isinstance(args, list) or not all(isinstance(a, str) for a in args):
+        raise UserInputError(f"{source}: serving.vllm.args: not a list of strings")
+    if "--model" not in args:
+        raise UserInputError(
+            f"{source}: serving.vllm.args: no --model (written by an older runinfra-opt, which recorded only the "
+            "speculative arguments); run `runinfra-opt optimize` again"
+        )
+    if any(a.split("=")[0] in {"--api-key", "--api_key"} for a in args):
+        raise UserInputError(f"{source}: serving.vllm.args: carries --api-key; a secret is never exported")
+    return list(args)
+
+
+def vllm_config_text(manifest: dict[str, Any], source: str) -> str:
+    """The manifest's vLLM arguments as a `vllm serve --config FILE` YAML file: vLLM reads it back into exactly
+    `serving.vllm.args` (`engine.vllm.server.config_file_mapping`). Raises UserInputError as
+    `vllm_config_args` does."""
+    import yaml
+
+    args = vllm_config_args(manifest, source)
+    try:
+        mapping = config_file_mapping(args)
+    except ValueError as exc:
+        raise UserInputError(f"{source}: serving.vllm.args: {exc}") from None
+    run_id = (manifest.get("metadata") or {}).get("runId", "?")
+    winner = (manifest.get("decision") or {}).get("winner", "?")
+    header = (
+        f"{_VLLM_CONFIG_MARK} from {Path(source).name} (run {run_id}, winner {winner}).\n"
+        "# Serve with: vllm serve --config FILE  (or: python -m vllm.entrypoints.openai.api_server --config FILE),\n"
+        "# adding --host/--port and an API key (VLLM_API_KEY) of your own.\n"
+    )
+    return header + yaml.safe_dump(mapping, sort_keys=False, allow_unicode=True, width=1000)
+
+
+def write_vllm_config(manifest_path: Path, manifest: dict[str, Any]) -> Path | None:
+    """Write `vllm_config_text` beside the manifest (`vllm_config_path`). When the winner has no vLLM
+    equivalent nothing is written, and a file left there by an earlier export is removed (it would describe
+    another decision). Returns the path written, or None."""
+    out = vllm_config_path(manifest_path)
+    vllm = (manifest.get("serving") or {}).get("vllm") or {}
+    if not vllm.get("supported"):
+        try:
+            if out.read_text(encoding="utf-8").startswith(_VLLM_CONFIG_MARK):
+                out.unlink()
+        except (OSError, UnicodeDecodeError):
+            pass
+        return None
+    atomic_write_text(out, vllm_config_text(manifest, str(manifest_path)))
+    return out
+
+
+def export_manifest(path: Path, fmt: str) -> tuple[str, dict[str, Any]]:
+    """(the export's text, what it holds) of the manifest file `path` in format `fmt`. A file that is not a
+    valid manifest, or one whose winner has nothing to export, raises UserInputError (exit 2)."""
+    if fmt not in EXPORT_FORMATS:
+        raise UserInputError(f"--format {fmt}: unknown export format; available: {', '.join(EXPORT_FORMATS)}")
+    data = read_manifest(path)
+    if not isinstance(data, dict):
+        raise UserInputError(f"{path}: (root): not a mapping (a manifest is a YAML/JSON object)")
+    problems = validate_manifest(data)
+    if problems:
+        raise InputProblems([f"{path}: {p}" for p in problems[:20]], total=len(problems))
+    text = vllm_config_text(data, str(path))
+    args = vllm_config_args(data, str(path))
+    return text, {"format": fmt, "manifest": str(path), "args": args, "config": config_file_mapping(args)}
 
 
 def read_manifest(path: Path) -> Any:

@@ -144,7 +144,12 @@ def converted_dir(resolved: ResolvedModel) -> Path:
     """Where a GGUF model's float32 transformers conversion is cached."""
     digest = resolved.sha256()
     assert digest is not None
-    return cache_dir() / "models" / f"{resolved.name}-{digest[:16]}"
+    return converted_dir_for(resolved.name, digest)
+
+
+def converted_dir_for(name: str, sha256: str) -> Path:
+    """Where the conversion of the GGUF model `name` with this file hash is cached (see `converted_dir`)."""
+    return cache_dir() / "models" / f"{name}-{sha256[:16]}"
 
 
 def ensure_converted(resolved: ResolvedModel) -> Path:

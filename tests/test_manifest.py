@@ -97,8 +97,8 @@ def test_ngram_serving_settings() -> None:
     }  # fmt: skip
     config = serving["vllm"]["speculativeConfig"]
     assert config == {"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_min": 1, "prompt_lookup_max": 2}
-    assert serving["vllm"]["args"][0] == "--speculative-config"
-    assert json.loads(serving["vllm"]["args"][1]) == config
+    args = serving["vllm"]["args"]
+    assert json.loads(args[args.index("--speculative-config") + 1]) == config
     args = serving["sglang"]["args"]
     assert args[args.index("--speculative-algorithm") + 1] == "NGRAM"
     assert args[args.index("--speculative-ngram-max-match-window-size") + 1] == "2"
@@ -177,9 +177,9 @@ def test_schema_ships_as_package_data_and_is_draft_2020_12() -> None:
 def test_write_manifest_validates_then_writes_yaml(tmp_path: Path) -> None:
     manifest = build_manifest(_results(DRAFT))
     out = tmp_path / "sub" / "runinfra-manifest.yaml"
-    write_manifest(out, manifest)
+    assert write_manifest(out, manifest) == out.with_name("runinfra-manifest.vllm.yaml")
     assert yaml.safe_load(out.read_text()) == manifest
-    assert list(out.parent.iterdir()) == [out], "no temp files left behind"
+    assert set(out.parent.iterdir()) == {out, out.with_name("runinfra-manifest.vllm.yaml")}, "no temp files left"
     broken = dict(manifest, apiVersion="v0")
     other = tmp_path / "broken.yaml"
     with pytest.raises(ManifestInvalidError, match="apiVersion"):

@@ -26,7 +26,7 @@ from runinfra_opt.results import load_results
 
 
 def test_builtin_methods_in_rank_order() -> None:
-    assert method_names() == ["baseline", "ngram", "vllm_ngram", "early_exit", "draft"]
+    assert method_names() == ["baseline", "ngram", "vllm_ngram", "early_exit", "draft", "eagle", "eagle3"]
 
 
 def test_unknown_method_lists_the_available_ones() -> None:
@@ -43,18 +43,18 @@ def test_unknown_method_lists_the_available_ones() -> None:
         Variant("ngram", lookahead=4, ngram_max=2),
         Variant("early_exit", lookahead=3, exit_layer=8),
         Variant("draft", lookahead=6, draft="/models/tiny-draft"),
+        Variant("eagle3", lookahead=3, draft="eagle3:/models/tiny-head"),
     ],
 )
 def test_names_round_trip(variant: Variant) -> None:
-    drafts = {"tiny-draft": "/models/tiny-draft"}
+    drafts = {"tiny-draft": "/models/tiny-draft", "tiny-head": "eagle3:/models/tiny-head"}
     assert parse_variant_name(variant.name, drafts) == variant
     assert Variant.from_dict(variant.to_dict()) == variant
 
 
 def test_unparsable_name_lists_every_pattern() -> None:
-    with pytest.raises(
-        UserInputError, match=r"expected baseline, ngram-n<N>-k<K>, vllm_ngram-m<MIN>-n<MAX>-k<K>, early_exit-l<L>-k<K>"
-    ):
+    every = r"expected baseline, ngram-n<N>-k<K>, vllm_ngram-m<MIN>-n<MAX>-k<K>, early_exit-l<L>-k<K>, "
+    with pytest.raises(UserInputError, match=every + r"draft:<name>-k<K>, eagle:<name>-k<K>, eagle3:<name>-k<K>"):
         parse_variant_name("ngram-k4")
 
 

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from typer.testing import CliRunner
 
 from runinfra_opt.cli.app import app
@@ -136,6 +137,12 @@ def test_optimize_end_to_end_writes_results_and_manifest(
     assert results.decision is not None
     assert results.decision.queue  # the workload records arrivals
     assert check_manifest_file(tmp_path / "manifest.yaml") == []
+    # Beside the manifest: its vLLM arguments as a `vllm serve --config` file, when the winner runs on vLLM.
+    vllm = yaml.safe_load((tmp_path / "manifest.yaml").read_text())["serving"]["vllm"]
+    assert (tmp_path / "manifest.vllm.yaml").is_file() == vllm["supported"]
+    if vllm["supported"]:
+        assert vllm["args"][:2] == ["--model", str(tiny_models[0])]
+        assert yaml.safe_load((tmp_path / "manifest.vllm.yaml").read_text())["model"] == str(tiny_models[0])
     assert (Path(results.config["runs_root"]) / results.run_id / "cost_model.json").is_file()
 
 

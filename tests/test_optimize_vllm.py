@@ -111,10 +111,14 @@ def test_optimize_times_each_variant_on_its_own_server(
     launched = _launched_args(Path(next(x["log"] for x in results.launches if x["variant"] == winner)))
     spec = json.loads(launched[launched.index("--speculative-config") + 1])
     assert manifest["serving"]["vllm"]["speculativeConfig"] == spec
+    assert manifest["serving"]["vllm"]["args"] == launched  # every argument, not only the speculative config
+    exported = yaml.safe_load((tmp_path / "m.vllm.yaml").read_text())  # the `vllm serve --config` file beside it
+    assert exported["model"] == launched[launched.index("--model") + 1]
+    assert exported["speculative-config"] == spec
     assert spec == {"method": "ngram", "num_speculative_tokens": int(winner[-1]), "prompt_lookup_min": 1,
                     "prompt_lookup_max": 3}  # fmt: skip
     # no key anywhere in what the run wrote, nothing left running
-    for path in [run_dir / "results.json", tmp_path / "m.yaml"]:
+    for path in [run_dir / "results.json", tmp_path / "m.yaml", tmp_path / "m.vllm.yaml"]:
         assert "Bearer" not in path.read_text()
     assert _no_server_left(str(tiny_models[0]))
 

@@ -13,7 +13,9 @@ from runinfra_opt.cli.app import app, handle_errors, progress_bar
 @app.command()
 @handle_errors
 def bench(
-    method: str = typer.Option(..., "--method", help="baseline, ngram, early_exit, draft or vllm_ngram (vllm)."),
+    method: str = typer.Option(
+        ..., "--method", help="baseline, ngram, early_exit, draft, vllm_ngram (vllm), eagle or eagle3 (vllm)."
+    ),
     lookahead: int | None = typer.Option(None, "--lookahead", help="Tokens drafted per target pass (k)."),
     workload: str = typer.Option("mixed", "--workload", help="Bundled workload name or a workload file."),
     target: str = typer.Option("default", "--target", help="default, a model directory, a .gguf file or a hub id."),
@@ -31,7 +33,9 @@ def bench(
         help="Nats: a greedy divergence where the baseline's top two tokens are this close is a near-tie "
         "(vllm; default by dtype: bfloat16 0.25, float16 0.05, float32 0.01).",
     ),
-    draft: str | None = typer.Option(None, "--draft", help="Draft model for --method draft."),
+    draft: str | None = typer.Option(
+        None, "--draft", help="Draft model for --method draft, or eagle3:PATH / eagle:PATH (an EAGLE-3 / EAGLE head)."
+    ),
     ngram_max: int = typer.Option(2, "--ngram-max", help="Prompt lookup's max n-gram match size."),
     ngram_min: int = typer.Option(1, "--ngram-min", help="vllm_ngram's prompt_lookup_min (min n-gram match size)."),
     exit_layer: int | None = typer.Option(None, "--exit-layer", help="Layer that drafts, for --method early_exit."),

@@ -93,7 +93,8 @@ def optimize(
     draft: list[str] = typer.Option(
         [],
         "--draft",
-        help="A draft model to consider (repeatable). Default: the drafts distilled for the target in --drafts-dir.",
+        help="A draft model to consider (repeatable), or eagle3:PATH / eagle:PATH for an EAGLE-3 / EAGLE head. "
+        "Default: the drafts distilled for the target in --drafts-dir.",
     ),
     drafts_dir: Path = typer.Option(
         DEFAULT_DRAFTS_DIR,
@@ -101,7 +102,9 @@ def optimize(
         help="Where drafts made by `draft distill` are found when no --draft is given (only those for this target).",
     ),
     methods: list[str] = typer.Option(
-        [], "--methods", help="Methods: ngram, early_exit, draft, vllm_ngram (repeatable or comma-separated)."
+        [],
+        "--methods",
+        help="Methods: ngram, early_exit, draft, vllm_ngram, eagle, eagle3 (repeatable or comma-separated).",
     ),
     lookahead: list[str] = typer.Option(
         [], "--lookahead", help="Lookaheads for every method, replacing the defaults (e.g. 2,4,8)."

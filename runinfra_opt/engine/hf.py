@@ -473,9 +473,12 @@ def open_engine(
     log_dir: Path | None = None,
     seed: int = 0,
 ) -> HFEngine:
-    """Load the target and every draft (on the target's device) and build the engine over them, as bench and
-    optimize do; `on_load(label)` is called after each model. (`log_dir` and `seed` are part of every engine's
-    opener; the in-process engine writes no logs and seeds each sampled request itself.)"""
+    """Load the target and every draft model (on the target's device) and build the engine over them, as bench
+    and optimize do; `on_load(label)` is called after each model. Heads that only serving engines run
+    (`eagle3:PATH`) are not loaded: `supports()` says why their variants cannot run here. (`log_dir` and
+    `seed` are part of every engine's opener; the in-process engine writes no logs and seeds each sampled
+    request itself.)"""
+    from runinfra_opt.methods.registry import draft_owner
     from runinfra_opt.models import load_model
 
     loaded = load_model(target, device=device, dtype=dtype)
@@ -483,6 +486,10 @@ def open_engine(
         on_load(f"target {loaded.name}")
     draft_models = {}
     for spec in drafts:
+        if draft_owner(spec) is not None:
+            if on_load is not None:
+                on_load(f"draft {spec} (not loaded: serving engines only)")
+            continue
         draft_models[spec] = load_model(spec, device=loaded.device, dtype=dtype)
         if on_load is not None:
             on_load(f"draft {draft_models[spec].name}")

@@ -100,6 +100,9 @@ class SpecMethod:
     cannot run a variant says why through `Engine.supports`, and the run leaves it out with that reason."""
     needs_draft_model: ClassVar[bool] = False
     speculative: ClassVar[bool] = True
+    draft_prefix: ClassVar[str | None] = None
+    """Draft specs written `<prefix>:PATH` (e.g. `eagle3:PATH`) belong to this method: a drafter only serving
+    engines run, which the in-process engine does not load (see `registry.draft_owner`)."""
     name_format: ClassVar[str] = "{method}-k{lookahead}"
     """How variant names are written, from the Variant's fields (`{draft}` is the draft's short name). The
     default `variant_name`/`parse_name` write and read it; a method with other parameters overrides both."""
@@ -170,6 +173,10 @@ class SpecMethod:
 
     def check_target(self, variant: Variant, num_layers: int) -> None:
         """Raise UserInputError when `variant` cannot run on a target with `num_layers` layers."""
+
+    def check_draft(self, spec: str) -> None:
+        """Raise UserInputError when `spec`, a draft spec with this method's `draft_prefix`, names nothing
+        usable (checked when a run starts, not when a recorded variant is read back)."""
 
     # ---- engines and manifests ----------------------------------------------------------------------------
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from runinfra_opt.errors import UserInputError
+from runinfra_opt.methods import registry
 from runinfra_opt.methods.assisted import AssistedMethod
 from runinfra_opt.methods.base import Drafter, MethodOptions, SpaceSpec, require_lookahead, vllm_speculative
 from runinfra_opt.methods.variant import Variant, draft_short_name
@@ -25,6 +26,8 @@ class DraftModel(AssistedMethod):
             raise UserInputError("method draft needs a draft model (--draft)")
 
     def from_options(self, options: MethodOptions) -> Variant:
+        if options.draft is not None and (owner := registry.draft_owner(options.draft)) is not None:
+            return owner.from_options(options)  # `--draft eagle3:PATH`: a head, not a draft model
         lookahead = require_lookahead(self.name, options)
         if options.draft is None:
             raise UserInputError("--method draft needs --draft MODEL")
@@ -35,7 +38,8 @@ class DraftModel(AssistedMethod):
 
     def space(self, spec: SpaceSpec) -> list[Variant]:
         lookaheads = spec.lookaheads or DRAFT_LOOKAHEADS
-        return [Variant("draft", lookahead=k, draft=d) for d in spec.drafts for k in lookaheads]
+        models = [d for d in spec.drafts if registry.draft_owner(d) is None]  # not heads (`eagle3:PATH`)
+        return [Variant("draft", lookahead=k, draft=d) for d in models for k in lookaheads]
 
     def drafter(self, variant: Variant) -> Drafter:
         return Drafter(role=f"draft:{variant.draft}", model=variant.draft)

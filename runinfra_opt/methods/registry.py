@@ -9,6 +9,7 @@ method means writing one module under `runinfra_opt/methods/` and one line in `B
 from __future__ import annotations
 
 import importlib
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from runinfra_opt.errors import UserInputError
@@ -22,6 +23,8 @@ BUILTIN: dict[str, str] = {
     "early_exit": "runinfra_opt.methods.early_exit:METHOD",
     "draft": "runinfra_opt.methods.draft:METHOD",
     "vllm_ngram": "runinfra_opt.methods.vllm_ngram:METHOD",
+    "eagle": "runinfra_opt.methods.eagle:EAGLE",
+    "eagle3": "runinfra_opt.methods.eagle:EAGLE3",
 }
 
 _loaded: dict[str, SpecMethod] = {}
@@ -64,3 +67,21 @@ def get(name: str) -> SpecMethod:
 
 def speculative_names() -> list[str]:
     return [n for n in names() if get(n).speculative]
+
+
+def draft_owner(spec: str) -> SpecMethod | None:
+    """The method a draft spec written `<prefix>:PATH` belongs to (e.g. `eagle3:PATH`), else None (a draft
+    model: a directory, a GGUF file or a hub id)."""
+    prefix, sep, _ = spec.partition(":")
+    if not sep:
+        return None
+    return next((get(n) for n in names() if get(n).draft_prefix == prefix), None)
+
+
+def check_drafts(specs: Sequence[str]) -> None:
+    """Raise UserInputError (naming the spec and the problem) for the first draft spec that a method claims by
+    its prefix and finds unusable (e.g. `--draft eagle3:PATH` without PATH/config.json)."""
+    for spec in specs:
+        owner = draft_owner(spec)
+        if owner is not None:
+            owner.check_draft(spec)

@@ -9,6 +9,7 @@ from typing import Any, Literal
 from runinfra_opt.engine import registry as engine_registry
 from runinfra_opt.errors import UserInputError
 from runinfra_opt.methods import get_method
+from runinfra_opt.methods import registry as method_registry
 
 Priority = Literal["throughput", "ttft"]
 Strategy = Literal["predictive", "exhaustive"]
@@ -207,6 +208,7 @@ class OptimizeConfig:
             raise UserInputError(f"--max-retries {self.max_retries}: must be >= 0")
         if self.methods is not None and "draft" in self.methods and not self.drafts:
             raise UserInputError("--methods draft needs at least one --draft model")
+        method_registry.check_drafts(self.drafts)  # e.g. --draft eagle3:PATH: PATH/config.json must exist
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)

@@ -30,9 +30,10 @@ from runinfra_opt.engine.protocol import Capability
 from runinfra_opt.engine.vllm import metrics
 from runinfra_opt.engine.vllm.client import CompletionRequest, OpenAIClient, RequestResult
 from runinfra_opt.engine.vllm.environment import VllmEnvironment, resolve_environment
-from runinfra_opt.engine.vllm.server import DEFAULT_STARTUP_TIMEOUT_S, ServerConfig, VllmServer
+from runinfra_opt.engine.vllm.server import DEFAULT_STARTUP_TIMEOUT_S, ServerConfig, ServeSettings, VllmServer
 from runinfra_opt.errors import EngineError, UserInputError
 from runinfra_opt.methods import Variant, get_method
+from runinfra_opt.methods.registry import draft_owner
 from runinfra_opt.records import RequestRecord
 from runinfra_opt.workload.model import Request
 
@@ -129,19 +130,14 @@ class VllmEngine:
             raise UserInputError(f"draft {variant.draft!r} is not loaded (loaded: {', '.join(self.drafts) or 'none'})")
         return self.drafts[variant.draft][0]
 
+    @property
+    def serve_settings(self) -> ServeSettings:
+        """What every variant is served with (recorded in the environment: the manifest carries it)."""
+        return ServeSettings(self.model_dir, self.dtype, self.max_model_len, self.seed, self.extra_args)
+
     def server_config(self, variant: Variant) -> ServerConfig:
-        """Exactly the serving arguments of `variant` (what the manifest's `serving.vllm` carries)."""
-        serving = get_method(variant.method).serving_vllm(variant, self.draft_path(variant))
-        if not serving.get("supported"):
-            raise UserInputError(f"the vllm engine cannot run {variant.name}: {serving.get('note')}")
-        return ServerConfig(
-            model=self.model_dir,
-            dtype=self.dtype,
-            max_model_len=self.max_model_len,
-            speculative_config=serving.get("speculativeConfig"),
-            seed=self.seed,
-            extra_args=self.extra_args,
-        )
+        """Exactly the serving arguments of `variant` (what the manifest's `serving.vllm.args` carries)."""
+        return self.serve_settings.server_config(variant, self.draft_path(variant))
 
     def supports(self, variant: Variant) -> str | None:
         if variant.draft is not None and variant.draft not in self.drafts:
@@ -286,6 +282,7 @@ class VllmEngine:
             "vllm_python_managed": self.vllm.managed,
             "dtype": self.dtype,
             "max_model_len": self.max_model_len,
+            ServeSettings.ENVIRONMENT_KEY: self.serve_settings.to_dict(),
             "device": "cpu" if (self.vllm.build or "").endswith("cpu") else (self.vllm.build or "unknown"),
             "cpu": _cpu_name(),
         }
@@ -369,6 +366,11 @@ def open_engine(
         on_load(f"target {target_info['name']} (vLLM {environment.vllm_version})")
     draft_models: dict[str, tuple[str, dict[str, Any]]] = {}
     for spec in drafts:
+        if draft_owner(spec) is not None:  # an EAGLE head: vLLM loads it by path (validated with the options)
+            path = str(Path(spec.partition(":")[2]).expanduser())
+            info = {"spec": spec, "name": Path(path).name, "path": path, "dtype": chosen, "device": "vllm"}
+            draft_models[spec] = (path, info)
+            continue
         if not allow_tokenizer_mismatch:
             _check_vocabulary(prompts, spec)
         directory, info, _ = _model_info(spec, dtype=chosen)

@@ -9,7 +9,7 @@ server may); hang (never answers /health); stubborn (ignores SIGTERM, as does it
 It also serves `/v1/completions` (streamed, token-id prompts, `token_id:N` log-probabilities, usage) for the
 vLLM engine's tests (tests/test_optimize_vllm.py), deterministically: the output copies the prompt from its
 start, cycling (`max_tokens` tokens); the top-2 margin is 0.01 nats at output position 3 (a near-tie) and 2.0
-elsewhere. With `--speculative-config` it streams chunks of up to k + 1 tokens and counts drafts in /metrics
+elsewhere. Every chunk takes 10 ms (one decoding step). With `--speculative-config` it streams chunks of up to k + 1 tokens and counts drafts in /metrics
 as vLLM does. FAKE_VLLM_SPEC (servers with a speculative config only): `reject` (exits at start-up as vLLM
 does on a config it refuses); `diverge:N` (output token N differs); `die_after:N` (exits after N requests).
 """
@@ -99,7 +99,7 @@ def main():
             self.end_headers()
             position = 0
             for chunk in chunks:
-                time.sleep(0.002 * len(chunk) if spec else 0.004)
+                time.sleep(0.01)  # one decoding step per chunk: a verified chunk costs about a plain step
                 tops = []
                 for tid in chunk:
                     margin = 0.01 if position == 3 else 2.0
