@@ -473,11 +473,9 @@ def open_engine(
     log_dir: Path | None = None,
     seed: int = 0,
 ) -> HFEngine:
-    """Load the target and every draft model (on the target's device) and build the engine over them, as bench
-    and optimize do; `on_load(label)` is called after each model. Heads that only serving engines run
-    (`eagle3:PATH`) are not loaded: `supports()` says why their variants cannot run here. (`log_dir` and
-    `seed` are part of every engine's opener; the in-process engine writes no logs and seeds each sampled
-    request itself.)"""
+    """Load the target and every draft model (on the target's device) and build the engine over them;
+    `on_load(label)` is called after each model. Heads only serving engines run (`eagle3:PATH`) are not loaded
+    (`supports()` says why). `log_dir` and `seed` are unused here: no logs, sampled requests seeded each."""
     from runinfra_opt.methods.registry import draft_owner
     from runinfra_opt.models import load_model
 
