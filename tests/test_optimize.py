@@ -158,6 +158,8 @@ def test_optimize_table_output(
         (["--methods", "magic"], "unknown method"),
         (["--exit-layers", "9"], "the target has 4 layers"),
         (["--percentile", "p42"], "--percentile p42"),
+        (["--repeats", "0"], "--repeats 0: must be >= 1"),
+        (["--repeats", "lots"], "--repeats lots: expected auto or a whole number"),
         (["--target", "no/such-model-here"], "not in the local Hugging Face cache"),
     ],
 )

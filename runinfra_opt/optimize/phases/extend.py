@@ -5,8 +5,8 @@ Reads the confirmed variants' measured records, `results.plan`, the baseline pas
 repeats).
 
 1. **Drift.** The baseline's tokens/s in the baseline pass and in every confirmation repeat should agree; when
-   their relative median absolute deviation exceeds `SPREAD_LIMIT` (10%, the limit vLLM's tuning scripts use to
-   reject a noisy measurement), the repeat farthest from the median is timed again, every confirmed variant with
+   their relative median absolute deviation exceeds `SPREAD_LIMIT` (10%, the rejection limit issue 17 names after
+   vLLM's K tuner), the repeat farthest from the median is timed again, every confirmed variant with
    it (they were interleaved, so the drift hit them all), once per run; a note says so either way.
 2. **Stopping rule.** The leading lossless candidate (the fastest by measured tokens/s; `--priority ttft`: the
    lowest TTFT) is compared with the baseline and with the runner-up by paired bootstrap intervals. The answer is
