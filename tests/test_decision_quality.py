@@ -109,6 +109,32 @@ def test_round_overhead_calibration_keeps_the_search_table() -> None:
     assert again.search == cost.search
 
 
+def test_prompt_lookup_search_cases_scan_without_match_and_extract_the_asked_candidates() -> None:
+    """The timed searches do what their samples claim: `scan` proposes nothing (every size scanned), `extract`
+    proposes exactly c candidates, none an EOS, with a small vocabulary too (ids repeat)."""
+    from runinfra_opt.engine.hf_cost import measure_prompt_lookup_search, prompt_lookup_search_cases
+
+    cases = prompt_lookup_search_cases(40, max_size=3, eos_token_ids=[2], contexts=(16, 300), candidates=(1, 4))
+    assert {(kind, tokens, context) for kind, tokens, context, _, _ in cases} == {
+        *(("scan", w, c) for w in (1, 2, 3) for c in (16, 300)),
+        *(("extract", n, c) for n in (1, 4) for c in (16, 300)),
+    }
+    for kind, tokens, context, generator, ids in cases:
+        out, _ = generator.get_candidates(ids)
+        proposed = out[0, context:].tolist()
+        assert len(proposed) == (0 if kind == "scan" else tokens), (kind, tokens, context)
+        assert 2 not in proposed
+    samples = measure_prompt_lookup_search(
+        40, max_size=2, eos_token_ids=[2], contexts=(16,), candidates=(1,), repeats=2
+    )
+    assert [(s.kind, s.tokens, s.role) for s in samples] == [
+        ("scan", 1, "search:ngram"),
+        ("scan", 2, "search:ngram"),
+        ("extract", 1, "search:ngram"),
+    ]
+    assert all(s.seconds > 0 for s in samples)
+
+
 # ---- ranking within a family -------------------------------------------------------------------------------
 
 
@@ -212,6 +238,7 @@ def test_a_clear_winner_needs_no_more_repeats(tmp_path: Path) -> None:
     assert certainty.vs_baseline is not None
     assert certainty.vs_baseline.low > 1.05
     assert certainty.summary.startswith("clear: ")
+    assert "lies above the 1.05 threshold" in certainty.summary
 
 
 def test_a_gain_straddling_min_speedup_asks_for_repeats_of_the_baseline_and_the_leader(tmp_path: Path) -> None:
@@ -225,6 +252,7 @@ def test_a_gain_straddling_min_speedup_asks_for_repeats_of_the_baseline_and_the_
     # The same measurements are clear against a threshold far above them.
     certainty, more = extend.assess(_state(tmp_path, leader=[4.3, 5.2], runner=[6.0, 6.1], min_speedup=1.5))
     assert certainty.clear
+    assert "lies below the 1.50 threshold" in certainty.summary
     assert more == []
 
 

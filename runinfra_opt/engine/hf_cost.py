@@ -195,36 +195,28 @@ def measure_model(
     return samples
 
 
-def measure_prompt_lookup_search(
+def prompt_lookup_search_cases(
     vocab_size: int,
     *,
     max_size: int,
     eos_token_ids: Sequence[int] = (),
     contexts: Sequence[int] = SEARCH_CONTEXTS,
     candidates: Sequence[int] = SEARCH_CANDIDATES,
-    repeats: int = SEARCH_REPEATS,
-    role: str = "search:ngram",
-) -> list[CostSample]:
-    """Time transformers' prompt-lookup candidate search as `generate` builds it (an empty logits-processor list,
-    as for greedy decoding, so the per-candidate check runs; the target's vocabulary size):
+) -> list[tuple[str, int, int, Any, Any]]:
+    """(kind, tokens, context, generator, input ids) for every search `measure_prompt_lookup_search` times:
+    transformers' `PromptLookupCandidateGenerator` built as `generate` builds it (an empty logits-processor list,
+    as for greedy decoding, so its per-candidate check runs; the target's vocabulary size).
 
-    - `scan` samples, tokens = w: `max_matching_ngram_size=w` over a sequence of distinct ids (no earlier match:
-      every size from w down to 1 is scanned);
-    - `extract` samples, tokens = c: size 1 matching the sequence's first token, `num_output_tokens=c` (one
-      size scanned, then c candidates proposed).
-
-    The fastest of `repeats` calls each, sizes and lengths interleaved within a repeat (CPU tensors: the search
-    runs on the host in transformers whatever the device)."""
+    - `scan`, tokens = w: `max_matching_ngram_size=w` over distinct ids (no earlier match: every size from w down
+      to 1 is scanned, nothing proposed);
+    - `extract`, tokens = c: size 1 matching the sequence's first token, `num_output_tokens=c` (one size scanned,
+      then c candidates proposed)."""
     import torch
     from transformers import LogitsProcessorList
     from transformers.generation.candidate_generator import PromptLookupCandidateGenerator
 
-    eos = torch.tensor(list(eos_token_ids) or [0], dtype=torch.long)
-    spread = max(vocab_size - 1, 2)
-
-    def distinct(n: int) -> torch.Tensor:
-        # n distinct ids (wrapping only past the vocabulary), none equal to the EOS ids' typical small values.
-        return ((torch.arange(n, dtype=torch.long) * 7919) % spread + 1).unsqueeze(0)
+    eos = torch.tensor(list(eos_token_ids) or [-1], dtype=torch.long)
+    allowed = [t for t in range(min(vocab_size, 65_536)) if t not in set(eos_token_ids)] or [0]
 
     def generator(size: int, lookahead: int, length: int) -> Any:
         return PromptLookupCandidateGenerator(
@@ -236,17 +228,39 @@ def measure_prompt_lookup_search(
             vocab_size=vocab_size,
         )
 
-    cases: list[tuple[str, int, int, Any, torch.Tensor]] = []
+    cases: list[tuple[str, int, int, Any, Any]] = []
     for context in contexts:
-        plain = distinct(context)
+        # Distinct ids (past the vocabulary: a search that finds nothing never indexes the logits with them).
+        plain = (torch.arange(context, dtype=torch.long) + vocab_size).unsqueeze(0)
         for width in range(1, max_size + 1):
             cases.append(("scan", width, context, generator(width, 4, context), plain))
-        # The last token repeats the first: a size-1 match at position 0 with context - 2 tokens after it.
-        matching = plain.clone()
+        # Ordinary non-EOS ids whose last repeats the first: a size-1 match at position 0, candidates after it.
+        matching = torch.tensor([[allowed[i % len(allowed)] for i in range(context)]], dtype=torch.long)
         matching[0, -1] = matching[0, 0]
         for count in candidates:
             if count < context - 1:
                 cases.append(("extract", count, context, generator(1, count, context), matching))
+    return cases
+
+
+def measure_prompt_lookup_search(
+    vocab_size: int,
+    *,
+    max_size: int,
+    eos_token_ids: Sequence[int] = (),
+    contexts: Sequence[int] = SEARCH_CONTEXTS,
+    candidates: Sequence[int] = SEARCH_CANDIDATES,
+    repeats: int = SEARCH_REPEATS,
+    role: str = "search:ngram",
+) -> list[CostSample]:
+    """Time transformers' prompt-lookup candidate search (`prompt_lookup_search_cases`) on this CPU: the fastest
+    of `repeats` calls each, every case once per repeat (drift hits them alike). On CPU tensors: on a GPU the
+    search runs on the device, and these figures would only be indicative."""
+    import torch
+
+    cases = prompt_lookup_search_cases(
+        vocab_size, max_size=max_size, eos_token_ids=eos_token_ids, contexts=contexts, candidates=candidates
+    )
     times: dict[int, list[float]] = {i: [] for i in range(len(cases))}
     with torch.inference_mode():
         for _, _, _, gen, ids in cases[:4]:  # warm-up
@@ -371,7 +385,7 @@ def _prompt_lookup_samples(
     search's n-gram sizes, else measured (at least `SEARCH_MIN_SIZES`) and stored in `entry`. True when measured."""
     role, sizes = search.role, search.max_size
     cached = entry["roles"].get(role)
-    if cached and max(s["tokens"] for s in cached if s["kind"] == "scan") >= sizes:
+    if cached and max((s["tokens"] for s in cached if s["kind"] == "scan"), default=0) >= sizes:
         samples += [CostSample.from_dict(s) for s in cached]
         provenance["cached"].append(role)
         return False

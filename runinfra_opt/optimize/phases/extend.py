@@ -234,9 +234,13 @@ def assess(state: RunState) -> tuple[Certainty, list[Variant]]:
     equivalent = vs_runner is not None and vs_runner.low >= 1 - EQUIVALENT and vs_runner.high <= 1 + EQUIVALENT
     runner_unclear = runner_may_pay and _straddles(vs_runner, 1.0) and not equivalent
     measure = "TTFT" if ttft else "throughput"
-    parts = [f"{leader.name} vs the baseline ({measure}) {_text(vs_base)}"]
-    parts[0] += " straddles" if base_unclear else " clears"
-    parts[0] += f" the {threshold:.2f} threshold"
+    if vs_base is None:
+        where = "cannot be judged against"
+    elif base_unclear:
+        where = "straddles"
+    else:
+        where = "lies above" if vs_base.low > threshold else "lies below"
+    parts = [f"{leader.name} vs the baseline ({measure}) {_text(vs_base)} {where} the {threshold:.2f} threshold"]
     if runner is not None:
         verdict = (
             "straddles 1.00"
