@@ -276,3 +276,14 @@ def test_a_lossy_candidate_is_never_the_leader(tmp_path: Path) -> None:
         record.lossless = False
     certainty, _ = extend.assess(state)
     assert certainty.leader == RUNNER.name
+
+
+def test_reports_say_how_sure_the_decision_is() -> None:
+    from runinfra_opt.report import render_markdown
+    from runinfra_opt.results import Certainty
+    from tests.report_fixtures import build_results
+
+    results = build_results()
+    assert "How sure:" not in render_markdown(results)
+    results.certainty = Certainty(clear=False, summary="unclear: x vs the baseline straddles the 1.05 threshold.")
+    assert "How sure: unclear: x vs the baseline straddles the 1.05 threshold." in render_markdown(results)
