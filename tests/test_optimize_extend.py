@@ -36,7 +36,7 @@ def _auto_args(tiny_models: tuple[Path, Path], workload: Path, tmp_path: Path, *
 def _count_extend_calls(monkeypatch: pytest.MonkeyPatch, *, interrupt_at: int | None = None) -> list[tuple[str, int]]:
     """Record every timed generation made by the extend phase; raise KeyboardInterrupt at the n-th one."""
     calls: list[tuple[str, int]] = []
-    inside = {"on": False}
+    inside = {"on": False, "interrupted": False}
     real_fill, real_generate = extend._fill, HFEngine.generate
 
     def fill(state: Any, warmed: set[str]) -> None:
@@ -48,7 +48,8 @@ def _count_extend_calls(monkeypatch: pytest.MonkeyPatch, *, interrupt_at: int | 
 
     def generate(self: HFEngine, request: Any, variant: Any, *, max_tokens: int, repeat: int = 0) -> Any:
         if inside["on"] and max_tokens > 8:  # warm-ups (8 tokens) are not counted
-            if interrupt_at is not None and len(calls) + 1 == interrupt_at:
+            if interrupt_at is not None and len(calls) + 1 == interrupt_at and not inside["interrupted"]:
+                inside["interrupted"] = True  # once: the resume runs through
                 raise KeyboardInterrupt
             calls.append((variant.name, repeat))
         return real_generate(self, request, variant, max_tokens=max_tokens, repeat=repeat)
@@ -76,6 +77,7 @@ def test_repeats_auto_adds_repeats_until_clear_and_a_resume_does_not_redo_them(
 
     monkeypatch.setattr(extend, "assess", unclear_until_two_added)
     monkeypatch.setattr(extend, "MAX_ADDED_REPEATS", 2)
+    monkeypatch.setattr(extend, "SPREAD_LIMIT", float("inf"))  # tiny models' ms timings drift: not this test's subject
     calls = _count_extend_calls(monkeypatch, interrupt_at=3)
     run_dir = tmp_path / "run"
     first = runner.invoke(app, _auto_args(tiny_models, tiny_workload, tmp_path, "--run-dir", str(run_dir)))
