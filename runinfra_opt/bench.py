@@ -17,7 +17,7 @@ from runinfra_opt.engine.protocol import Engine
 from runinfra_opt.errors import UserInputError
 from runinfra_opt.methods import BASELINE, Variant, get_method
 from runinfra_opt.methods.base import MethodOptions
-from runinfra_opt.records import RequestRecord, compare_to_baseline
+from runinfra_opt.records import DEFAULT_TIE_TOLERANCE, RequestRecord, compare_to_baseline
 from runinfra_opt.results import Interval, Summary
 from runinfra_opt.stats import speedup, summarize
 from runinfra_opt.workload.model import Request, Workload
@@ -38,9 +38,11 @@ def run_variants(
     repeat: int = 1,
     progress: ProgressCallback | None = None,
     check_lossless: bool = True,
+    tie_tolerance: float | None = None,
 ) -> dict[str, list[RequestRecord]]:
     """Time every variant on every request, `repeat` times, interleaved (A B A B per request and repeat) after
-    one untimed warm-up per variant. Returns records per variant name, in run order.
+    one untimed warm-up per variant. Returns records per variant name, in run order. On an engine that does not
+    interleave (a server per variant), variant by variant instead: all of A, then all of B.
 
     With `check_lossless`, each speculative record of a greedy request is compared with the baseline's output
     for the same request: the timed baseline's when the baseline is among `variants`, else an untimed baseline
@@ -66,20 +68,37 @@ def run_variants(
         if progress is not None:
             progress(done, total, label)
 
-    for variant in variants:
-        engine.warmup(requests[0], variant)
     records: dict[str, list[RequestRecord]] = {name: [] for name in names}
-    for rep in range(repeat):
-        for request in requests:
-            if needs_reference and rep == 0 and request.greedy:
-                references[request.id] = engine.generate(request, BASELINE, max_tokens=max_tokens)
-                tick(f"{request.id} baseline (reference)")
-            for variant in variants:
-                record = engine.generate(request, variant, max_tokens=max_tokens, repeat=rep)
-                records[variant.name].append(record)
-                if not variant.is_speculative:
-                    references.setdefault(request.id, record)
-                tick(f"{request.id} {variant.name} ({rep + 1}/{repeat})")
+
+    def run_one(request: Request, variant: Variant, rep: int) -> None:
+        record = engine.generate(request, variant, max_tokens=max_tokens, repeat=rep)
+        records[variant.name].append(record)
+        if not variant.is_speculative:
+            references.setdefault(request.id, record)
+        tick(f"{request.id} {variant.name} ({rep + 1}/{repeat})")
+
+    if getattr(engine, "interleaves", True):
+        for variant in variants:
+            engine.warmup(requests[0], variant)
+        for rep in range(repeat):
+            for request in requests:
+                if needs_reference and rep == 0 and request.greedy:
+                    references[request.id] = engine.generate(request, BASELINE, max_tokens=max_tokens)
+                    tick(f"{request.id} baseline (reference)")
+                for variant in variants:
+                    run_one(request, variant, rep)
+    else:
+        if needs_reference:  # the reference first, on its own server
+            engine.warmup(requests[0], BASELINE)
+            for request in requests:
+                if request.greedy:
+                    references[request.id] = engine.generate(request, BASELINE, max_tokens=max_tokens)
+                    tick(f"{request.id} baseline (reference)")
+        for variant in sorted(variants, key=lambda v: v.is_speculative):  # the baseline's server first
+            engine.warmup(requests[0], variant)
+            for rep in range(repeat):
+                for request in requests:
+                    run_one(request, variant, rep)
     if check_lossless:
         for variant in variants:
             if not variant.is_speculative:
@@ -87,7 +106,7 @@ def run_variants(
             for record in records[variant.name]:
                 reference = references.get(record.request_id)
                 if reference is not None:
-                    compare_to_baseline(record, reference)
+                    compare_to_baseline(record, reference, tie_tolerance=tie_tolerance)
     return records
 
 
@@ -103,6 +122,8 @@ class BenchConfig:
     target: str = "default"
     draft: str | None = None
     engine: str = "transformers"
+    vllm_python: str | None = None
+    tie_tolerance: float = DEFAULT_TIE_TOLERANCE
     requests: int | None = None
     repeat: int = 1
     vs_baseline: bool = False
@@ -126,6 +147,7 @@ def make_variant(
     lookahead: int | None,
     draft: str | None = None,
     ngram_max: int = 2,
+    ngram_min: int = 1,
     exit_layer: int | None = None,
 ) -> Variant:
     """Build the variant the command line describes, with option-named errors (the method checks its own)."""
@@ -133,7 +155,9 @@ def make_variant(
         spec = get_method(method)
     except UserInputError as exc:
         raise UserInputError(f"--method {method}: {exc}") from None
-    options = MethodOptions(lookahead=lookahead, draft=draft, ngram_max=ngram_max, exit_layer=exit_layer)
+    options = MethodOptions(
+        lookahead=lookahead, draft=draft, ngram_max=ngram_max, ngram_min=ngram_min, exit_layer=exit_layer
+    )
     return spec.from_options(options)
 
 
@@ -159,11 +183,15 @@ class BenchResult:
 
     @property
     def mismatches(self) -> list[dict[str, Any]]:
-        seen: dict[str, int | None] = {}
+        seen: dict[str, dict[str, Any]] = {}
         for record in self.records[self.variant]:
             if record.lossless is False and record.request_id not in seen:
-                seen[record.request_id] = record.first_mismatch
-        return [{"request_id": rid, "first_mismatch": pos} for rid, pos in seen.items()]
+                seen[record.request_id] = {
+                    "request_id": record.request_id,
+                    "first_mismatch": record.first_mismatch,
+                    "near_tie": bool(record.near_tie),
+                }
+        return list(seen.values())
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -209,6 +237,10 @@ def run_bench(
     requests = list(workload.requests[: config.requests] if config.requests else workload.requests)
     draft_specs = [config.draft] if config.draft is not None else []
     engine_registry.check(config.engine)
+    if config.vllm_python is not None and config.engine != "vllm":
+        raise UserInputError("--vllm-python needs --engine vllm")
+    if config.tie_tolerance < 0:
+        raise UserInputError(f"--tie-tolerance {config.tie_tolerance}: must be >= 0")
     engine = engine_registry.open_engine(
         config.engine,
         config.target,
@@ -218,6 +250,7 @@ def run_bench(
         threads=config.threads,
         allow_tokenizer_mismatch=config.allow_tokenizer_mismatch,
         skip_too_long=config.skip_too_long,
+        **({"vllm_python": config.vllm_python} if config.vllm_python else {}),
     )
     try:
         measurable = measurable_requests(
@@ -230,7 +263,13 @@ def run_bench(
         if config.vs_baseline and config.variant.is_speculative:
             variants = [BASELINE, config.variant]
         records = run_variants(
-            engine, kept, variants, max_tokens=config.max_tokens, repeat=config.repeat, progress=progress
+            engine,
+            kept,
+            variants,
+            max_tokens=config.max_tokens,
+            repeat=config.repeat,
+            progress=progress,
+            tie_tolerance=config.tie_tolerance,
         )
         environment = engine.environment()
     finally:

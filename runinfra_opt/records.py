@@ -10,6 +10,12 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+DEFAULT_TIE_TOLERANCE = 0.1
+"""`--tie-tolerance` (nats): a divergence where the baseline's top-1 and top-2 log-probabilities are this close
+is a numerical near-tie. bfloat16 carries ~3 significant digits, so logits of magnitude ~10-20 round by a few
+hundredths; 0.1 covers that with a margin and stays far below a confident choice (0.1 nats is a 10% odds
+ratio between the two candidates)."""
+
 
 class RequestRecord(BaseModel):
     """One request under one variant: raw measured values (one per repeat) or predicted values.
@@ -46,6 +52,12 @@ class RequestRecord(BaseModel):
     """First differing output position against the baseline, when not lossless."""
     output_ids: list[int] | None = None
     """The generated token ids (measured records; None where not kept)."""
+    top_margins: list[float | None] | None = None
+    """Per output position, log p(top-1) - log p(top-2) as the engine reported them (the vLLM engine; None
+    where not reported). The near-tie rule of `compare_to_baseline` reads the baseline's."""
+    near_tie: bool | None = None
+    """Not lossless, but the first divergence is at a position where the baseline's top two candidates were
+    within the tie tolerance: a numerical near-tie (reduced-precision kernels), reported, not disqualifying."""
     variant: str | None = None
     """Variant.name, set by the engine (containers of records also key them by variant)."""
     trial: str | None = None
@@ -78,11 +90,17 @@ class RequestRecord(BaseModel):
         return self.model_dump()
 
 
-def compare_to_baseline(record: RequestRecord, baseline_record: RequestRecord) -> RequestRecord:
-    """Fill `record.lossless` / `record.first_mismatch` against the baseline's output for the same request.
+def compare_to_baseline(
+    record: RequestRecord, baseline_record: RequestRecord, *, tie_tolerance: float | None = None
+) -> RequestRecord:
+    """Fill `record.lossless` / `record.first_mismatch` (and `near_tie`) against the baseline's output for the
+    same request.
 
     Only greedy requests are compared (sampled outputs legitimately differ: lossless stays None). The first
     mismatch is the first differing position, or the shorter length when one output is a prefix of the other.
+    With `tie_tolerance` and the baseline's `top_margins`, a first mismatch where the baseline's top-1 and
+    top-2 log-probabilities were within the tolerance is a numerical near-tie (`near_tie=True`): the outputs
+    still differ (`lossless=False`), but the divergence is not evidence of a wrong variant.
     """
     if record.request_id != baseline_record.request_id:
         raise ValueError(f"comparing request {record.request_id} with baseline of {baseline_record.request_id}")
@@ -93,8 +111,18 @@ def compare_to_baseline(record: RequestRecord, baseline_record: RequestRecord) -
     if ours is None or theirs is None:
         raise ValueError(f"request {record.request_id}: no output ids kept to compare")
     if ours == theirs:
-        record.lossless, record.first_mismatch = True, None
+        record.lossless, record.first_mismatch, record.near_tie = True, None, None
         return record
     first = next((i for i, (a, b) in enumerate(zip(ours, theirs, strict=False)) if a != b), min(len(ours), len(theirs)))
     record.lossless, record.first_mismatch = False, first
+    margins = baseline_record.top_margins
+    record.near_tie = False
+    if tie_tolerance is not None and margins is not None and first < len(margins):
+        margin = margins[first]
+        record.near_tie = margin is not None and margin <= tie_tolerance
     return record
+
+
+def disqualifying(record: RequestRecord) -> bool:
+    """A greedy output that differs from the baseline's at a confident position (not a near-tie)."""
+    return record.lossless is False and not record.near_tie

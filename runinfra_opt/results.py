@@ -94,6 +94,8 @@ class VariantResult(_Model):
     per_category: dict[str, Summary] = Field(default_factory=dict)
     """Measured (or, where not measured, predicted) summary per workload category."""
     disqualified: str | None = None
+    failed: str | None = None
+    """Why the variant could not be measured on this engine (its server or a request failed); left out."""
     """Why the variant may never win (e.g. its greedy output differs from the baseline's)."""
     ruled_out: list[str] = Field(default_factory=list)
     """Constraints the variant violates, in words."""
@@ -256,6 +258,8 @@ class RunResults(_Model):
     """How sure the decision is (`--repeats auto`; None with an explicit --repeats or before confirmation)."""
     trials: list[TrialResult] = Field(default_factory=list)
     """Confirmation trials run apart (`--executor ray`), as they finished; empty for the local executor."""
+    launches: list[dict[str, Any]] = Field(default_factory=list)
+    """Servers started by a serving engine (`--engine vllm`): variant, start-up seconds, log file, error."""
     profile: dict[str, Any] = Field(default_factory=dict)
     """`optimize`'s profiling pass: the baseline's per-request records with output ids (`baseline`), and per
     drafting role (`draft:<spec>`, `early_exit:<layer>`) per request the teacher-forced agreement flags as a

@@ -17,11 +17,13 @@ from runinfra_opt.results import Interval, Summary
 
 PERCENTILES: tuple[int, ...] = (50, 90, 95, 99)
 RESAMPLES = 2000
+BOOTSTRAP_CELLS = 4_000_000
+"""`bootstrap_interval` resamples in batches above this many resampled values per column (memory, not results)."""
 
 
 def percentiles(values: Sequence[float], ps: Iterable[int] = PERCENTILES) -> dict[str, float]:
-    """{"p50": ..., "p90": ...} with linear interpolation; empty input gives an empty dict."""
-    if not values:
+    """{"p50": ..., "p90": ...} with linear interpolation; empty input gives an empty dict (lists or arrays)."""
+    if len(values) == 0:
         return {}
     import numpy as np
 
@@ -127,9 +129,15 @@ def speedup(
 
 
 def _bootstrap(
-    statistic: Callable[..., Any], columns: Sequence[Sequence[float]], *, seed: int, point: float
+    statistic: Callable[..., Any],
+    columns: Sequence[Sequence[float]],
+    *,
+    seed: int,
+    point: float,
+    batch: int | None = None,
 ) -> tuple[float, float]:
-    """95% percentile interval of a paired statistic over the rows of `columns` (scipy.stats.bootstrap)."""
+    """95% percentile interval of a paired statistic over the rows of `columns` (scipy.stats.bootstrap); `batch`
+    resamples at a time (None: all at once)."""
     import numpy as np
     from scipy.stats import bootstrap
 
@@ -145,8 +153,22 @@ def _bootstrap(
         method="percentile",
         confidence_level=0.95,
         rng=np.random.default_rng(seed),
+        batch=batch,
     )
     return float(res.confidence_interval.low), float(res.confidence_interval.high)
+
+
+def bootstrap_interval(statistic: Callable[..., Any], columns: Sequence[Sequence[float]], *, seed: int = 0) -> Interval:
+    """`statistic(*columns, axis=-1)` (vectorized, over paired rows: requests x repeats) with its 95% percentile
+    bootstrap interval that resamples the rows."""
+    import numpy as np
+
+    point = float(statistic(*(np.asarray(c, dtype=float) for c in columns), axis=-1))
+    rows = len(columns[0]) if columns else 0
+    # scipy holds (resamples at a time x rows) values per column: bound that to ~32 MB for long runs.
+    batch = None if rows * RESAMPLES <= BOOTSTRAP_CELLS else max(1, BOOTSTRAP_CELLS // max(rows, 1))
+    low, high = _bootstrap(statistic, columns, seed=seed, point=point, batch=batch)
+    return Interval(value=point, low=min(low, point), high=max(high, point))
 
 
 def throughput_ratio(

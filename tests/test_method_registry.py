@@ -26,7 +26,7 @@ from runinfra_opt.results import load_results
 
 
 def test_builtin_methods_in_rank_order() -> None:
-    assert method_names() == ["baseline", "ngram", "early_exit", "draft"]
+    assert method_names() == ["baseline", "ngram", "vllm_ngram", "early_exit", "draft"]
 
 
 def test_unknown_method_lists_the_available_ones() -> None:
@@ -52,7 +52,9 @@ def test_names_round_trip(variant: Variant) -> None:
 
 
 def test_unparsable_name_lists_every_pattern() -> None:
-    with pytest.raises(UserInputError, match=r"expected baseline, ngram-n<N>-k<K>, early_exit-l<L>-k<K>"):
+    with pytest.raises(
+        UserInputError, match=r"expected baseline, ngram-n<N>-k<K>, vllm_ngram-m<MIN>-n<MAX>-k<K>, early_exit-l<L>-k<K>"
+    ):
         parse_variant_name("ngram-k4")
 
 

@@ -143,7 +143,9 @@ def _shape(results: RunResults) -> dict[str, Any]:
     return {
         "status": results.status,
         "phases": results.phases_done,
-        "confirm": results.plan.confirm if results.plan else None,
+        # which variants were confirmed (their order follows predictions from timings taken in each run, and
+        # two nearly tied candidates may swap under load)
+        "confirm": sorted(results.plan.confirm or []) if results.plan else None,
         "variants": {
             v.name: (
                 v.confirmed,

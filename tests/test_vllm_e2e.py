@@ -24,8 +24,8 @@ import pytest
 from runinfra_opt.engine.vllm import metrics
 from runinfra_opt.engine.vllm.client import CompletionRequest, RequestResult, replay
 from runinfra_opt.engine.vllm.environment import verify
-from runinfra_opt.engine.vllm.ngram import propose, simulate
 from runinfra_opt.engine.vllm.server import ServerConfig, ServerError, VllmServer, check_serve_args
+from runinfra_opt.methods.vllm_ngram import propose, simulate
 from tests.test_vllm_server import group_members, wait_gone
 
 pytestmark = pytest.mark.e2e
@@ -65,9 +65,7 @@ def vllm_python() -> str:
 
 
 @pytest.fixture(scope="module")
-def smollm2(
-    tmp_path_factory: pytest.TempPathFactory, _session_models: Path
-) -> tuple[str, list[list[int]]]:
+def smollm2(tmp_path_factory: pytest.TempPathFactory, _session_models: Path) -> tuple[str, list[list[int]]]:
     """The converted bundled model (shared with the session's other tests) and the prompts' token ids."""
     from transformers import AutoTokenizer
 
@@ -227,3 +225,49 @@ def test_serve_args_parse_with_vllms_own_parser(vllm_python: str, smollm2: tuple
         check_serve_args(vllm_python, bad.serve_args())
     with pytest.raises(ServerError, match="dtype"):
         check_serve_args(vllm_python, ServerConfig(model, dtype="float99").serve_args(), build_config=False)
+
+
+def test_optimize_on_vllm_measures_each_variant_on_its_own_server(
+    vllm_python: str, smollm2: tuple[str, list[list[int]]], tmp_path: Path
+) -> None:
+    """`optimize --engine vllm` end to end on real servers: the baseline and one vLLM n-gram variant, each on
+    its own server launched with the manifest's arguments (checked with vLLM's own parser), outputs compared,
+    counters recorded, nothing left running."""
+    import yaml
+    from typer.testing import CliRunner
+
+    from runinfra_opt.cli.app import app
+    from runinfra_opt.results import load_results
+
+    model, _ = smollm2
+    workload = tmp_path / "w.jsonl"
+    workload.write_text("".join(json.dumps({"id": f"r{i}", "prompt": p}) + "\n" for i, p in enumerate(PROMPTS[:2])))
+    run_dir, out = tmp_path / "run", tmp_path / "m.yaml"
+    args = ["optimize", "--engine", "vllm", "--vllm-python", vllm_python, "--target", model, "--dtype", DTYPE]
+    args += ["--workload", str(workload), "--methods", "vllm_ngram", "--lookahead", "4", "--ngram-max", "3"]
+    args += ["--max-tokens", str(MAX_TOKENS), "--repeats", "1", "--run-dir", str(run_dir), "--out", str(out)]
+    result = CliRunner().invoke(app, args, catch_exceptions=False)
+    assert result.exit_code in (0, 4), result.output
+    results = load_results(run_dir / "results.json")
+    assert results.status == "complete"
+    assert [launch["variant"] for launch in results.launches] == ["baseline", "vllm_ngram-m1-n3-k4"]
+    assert all(launch["error"] is None and launch["startup_s"] > 0 for launch in results.launches)
+    spec = results.variant("vllm_ngram-m1-n3-k4")
+    assert spec is not None
+    assert spec.failed is None
+    assert spec.disqualified is None  # float32: the n-gram server's outputs equal the baseline's
+    assert all(r.lossless is True for r in spec.measured_requests)
+    assert sum(r.accepted_tokens for r in spec.measured_requests) > 0
+    manifest = yaml.safe_load(out.read_text())
+    vllm = manifest["serving"]["vllm"]
+    if manifest["decision"]["winner"] == "vllm_ngram-m1-n3-k4":
+        assert vllm["speculativeConfig"] == NGRAM
+    config = ServerConfig(model, dtype=DTYPE, max_model_len=2048, speculative_config=vllm["speculativeConfig"])
+    parsed = check_serve_args(vllm_python, config.serve_args())
+    assert parsed["speculative_config"] == vllm["speculativeConfig"]
+    for launch in results.launches:
+        first = Path(launch["log"]).read_text().splitlines()[0]
+        assert f"--dtype {DTYPE} --max-model-len 2048" in first
+        assert "VLLM_API_KEY=<redacted>" in first
+    ps = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True, check=True).stdout
+    assert not [line for line in ps.splitlines() if "api_server" in line and model in line]

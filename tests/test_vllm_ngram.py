@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from runinfra_opt.engine.vllm.ngram import propose, simulate
+from runinfra_opt.methods.vllm_ngram import propose, simulate
 
 
 def rule(context: list[int], k: int = 2, lo: int = 1, hi: int = 3, max_len: int = 100) -> list[int]:

@@ -97,7 +97,7 @@ def _root(
 
 # Each command module registers its commands on `app` when imported (they import `app` from here, so these
 # imports come after its definition). Command modules import nothing heavy at module level.
-from runinfra_opt.cli import bench, draft, engine, manifest, optimize, report, workload  # noqa: E402,F401,I001
+from runinfra_opt.cli import bench, draft, engine, load, manifest, optimize, report, workload  # noqa: E402,F401,I001
 
 def main() -> None:
     """Console-script entry point."""

@@ -8,20 +8,32 @@ import typer
 from rich.console import Console
 
 from runinfra_opt.cli.app import app, handle_errors, progress_bar
+from runinfra_opt.records import DEFAULT_TIE_TOLERANCE
 
 
 @app.command()
 @handle_errors
 def bench(
-    method: str = typer.Option(..., "--method", help="baseline, ngram, early_exit or draft."),
+    method: str = typer.Option(..., "--method", help="baseline, ngram, early_exit, draft or vllm_ngram (vllm)."),
     lookahead: int | None = typer.Option(None, "--lookahead", help="Tokens drafted per target pass (k)."),
     workload: str = typer.Option("mixed", "--workload", help="Bundled workload name or a workload file."),
     target: str = typer.Option("default", "--target", help="default, a model directory, a .gguf file or a hub id."),
     engine: str = typer.Option(
-        "transformers", "--engine", help="The engine that runs and measures: transformers (in-process)."
+        "transformers",
+        "--engine",
+        help="The engine that runs and measures: transformers (in-process) or vllm (a server per variant).",
+    ),
+    vllm_python: str | None = typer.Option(
+        None, "--vllm-python", help="Python of an existing vLLM environment (default: `engine install vllm`'s)."
+    ),
+    tie_tolerance: float = typer.Option(
+        DEFAULT_TIE_TOLERANCE,
+        "--tie-tolerance",
+        help="Nats: a greedy divergence where the baseline's top two tokens are this close is a near-tie (vllm).",
     ),
     draft: str | None = typer.Option(None, "--draft", help="Draft model for --method draft."),
     ngram_max: int = typer.Option(2, "--ngram-max", help="Prompt lookup's max n-gram match size."),
+    ngram_min: int = typer.Option(1, "--ngram-min", help="vllm_ngram's prompt_lookup_min (min n-gram match size)."),
     exit_layer: int | None = typer.Option(None, "--exit-layer", help="Layer that drafts, for --method early_exit."),
     requests: int | None = typer.Option(None, "--requests", help="Use only the first N requests."),
     repeat: int = typer.Option(1, "--repeat", help="Time every request this many times."),
@@ -46,12 +58,16 @@ def bench(
     from runinfra_opt.bench import BenchConfig, make_variant, run_bench
     from runinfra_opt.report.bench import bench_notes, bench_table
 
-    variant = make_variant(method, lookahead=lookahead, draft=draft, ngram_max=ngram_max, exit_layer=exit_layer)
+    variant = make_variant(
+        method, lookahead=lookahead, draft=draft, ngram_max=ngram_max, ngram_min=ngram_min, exit_layer=exit_layer
+    )
     config = BenchConfig(
         variant=variant,
         workload=workload,
         target=target,
         engine=engine,
+        vllm_python=vllm_python,
+        tie_tolerance=tie_tolerance,
         draft=draft,
         requests=requests,
         repeat=repeat,
@@ -77,5 +93,3 @@ def bench(
     out.print(bench_table(result))
     for line in bench_notes(result):
         out.print(line, markup=False)
-
-

@@ -31,6 +31,7 @@ from runinfra_opt.optimize.config import (
     parse_repeats,
 )
 from runinfra_opt.optimize.rundir import latest_left_note, moves_latest
+from runinfra_opt.records import DEFAULT_TIE_TOLERANCE
 
 if TYPE_CHECKING:  # pragma: no cover
     from rich.progress import Progress, TaskID
@@ -78,7 +79,17 @@ def optimize(
     workload_format: str | None = typer.Option(None, "--format", help="Workload file format (default: by suffix)."),
     target: str = typer.Option("default", "--target", help="default, a model directory, a .gguf file or a hub id."),
     engine: str = typer.Option(
-        "transformers", "--engine", help="The engine that runs and measures: transformers (in-process)."
+        "transformers",
+        "--engine",
+        help="The engine that runs and measures: transformers (in-process) or vllm (a server per variant).",
+    ),
+    vllm_python: str | None = typer.Option(
+        None, "--vllm-python", help="Python of an existing vLLM environment (default: `engine install vllm`'s)."
+    ),
+    tie_tolerance: float = typer.Option(
+        DEFAULT_TIE_TOLERANCE,
+        "--tie-tolerance",
+        help="Nats: a greedy divergence where the baseline's top two tokens are this close is a near-tie (vllm).",
     ),
     draft: list[str] = typer.Option(
         [],
@@ -91,7 +102,7 @@ def optimize(
         help="Where drafts made by `draft distill` are found when no --draft is given (only those for this target).",
     ),
     methods: list[str] = typer.Option(
-        [], "--methods", help="Methods to consider: ngram, early_exit, draft (repeatable or comma-separated)."
+        [], "--methods", help="Methods: ngram, early_exit, draft, vllm_ngram (repeatable or comma-separated)."
     ),
     lookahead: list[str] = typer.Option(
         [], "--lookahead", help="Lookaheads for every method, replacing the defaults (e.g. 2,4,8)."
@@ -183,6 +194,8 @@ def optimize(
         workload_format=workload_format,
         target=target,
         engine=engine,
+        vllm_python=vllm_python,
+        tie_tolerance=tie_tolerance,
         drafts=drafts,
         methods=parsed_methods,
         lookaheads=parse_int_list("--lookahead", lookahead),
@@ -243,5 +256,3 @@ def _render(results: RunResults, *, as_json: bool) -> None:
     from runinfra_opt.report.summary import render_summary
 
     render_summary(results, Console(highlight=False, soft_wrap=True))
-
-

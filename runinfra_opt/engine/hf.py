@@ -23,6 +23,7 @@ import platform
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -155,6 +156,7 @@ class HFEngine:
 
     name = "transformers"
     capabilities = frozenset(Capability)
+    interleaves = True
 
     def __init__(
         self,
@@ -470,9 +472,12 @@ def open_engine(
     allow_tokenizer_mismatch: bool = False,
     skip_too_long: bool = False,
     on_load: Callable[[str], None] | None = None,
+    log_dir: Path | None = None,
+    seed: int = 0,
 ) -> HFEngine:
     """Load the target and every draft (on the target's device) and build the engine over them, as bench and
-    optimize do; `on_load(label)` is called after each model."""
+    optimize do; `on_load(label)` is called after each model. (`log_dir` and `seed` are part of every engine's
+    opener; the in-process engine writes no logs and seeds each sampled request itself.)"""
     from runinfra_opt.models import load_model
 
     loaded = load_model(target, device=device, dtype=dtype)

@@ -48,6 +48,9 @@ class Engine(Protocol):
     capabilities: frozenset[Capability]
     prompts: PromptTokenizer
     """Token ids of requests as the target sees them (also: EOS ids, context length, too-long checks)."""
+    interleaves: bool
+    """True when switching variants between requests costs nothing (in-process): callers time A B C D per
+    request. False when each variant needs its own server: callers time variant by variant."""
 
     @property
     def target_layers(self) -> int:

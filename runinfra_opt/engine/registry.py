@@ -14,10 +14,15 @@ if TYPE_CHECKING:  # pragma: no cover
     from runinfra_opt.engine.protocol import Engine
 
 DEFAULT_ENGINE = "transformers"
-BUILTIN: dict[str, str] = {"transformers": "runinfra_opt.engine.hf:open_engine"}
+BUILTIN: dict[str, str] = {
+    "transformers": "runinfra_opt.engine.hf:open_engine",
+    "vllm": "runinfra_opt.engine.vllm.engine:open_engine",
+}
 
 Opener = Callable[..., "Engine"]
-"""`opener(target, drafts, *, device, dtype, threads, allow_tokenizer_mismatch, skip_too_long, on_load)`."""
+"""`opener(target, drafts, *, device, dtype, threads, allow_tokenizer_mismatch, skip_too_long, on_load, log_dir,
+seed, **engine_specific)`: `log_dir` is where an engine keeps its logs (a serving engine's server logs);
+engine-specific options (the vllm engine's `vllm_python`) are passed only when given."""
 
 _extra: dict[str, Opener] = {}
 

@@ -88,6 +88,8 @@ class MethodOptions:
     lookahead: int | None = None
     draft: str | None = None
     ngram_max: int = 2
+    ngram_min: int = 1
+    """vLLM's prompt_lookup_min (method vllm_ngram)."""
     exit_layer: int | None = None
 
 
@@ -109,7 +111,10 @@ class SpecMethod:
     rank: ClassVar[int] = 100
     """Ties go to the smaller rank (the simpler method to deploy)."""
     in_default_space: ClassVar[bool] = True
-    """Part of `optimize`'s search space when `--methods` is not given."""
+    """Part of `optimize`'s search space when `--methods` is not given (on the engines below)."""
+    default_engines: ClassVar[frozenset[str] | None] = None
+    """The engines whose default search space includes this method (None: every engine's). An engine that
+    cannot run a variant says why through `Engine.supports`, and the run leaves it out with that reason."""
     needs_draft_model: ClassVar[bool] = False
     speculative: ClassVar[bool] = True
     name_format: ClassVar[str] = "{method}-k{lookahead}"

@@ -21,6 +21,7 @@ BUILTIN: dict[str, str] = {
     "ngram": "runinfra_opt.methods.ngram:METHOD",
     "early_exit": "runinfra_opt.methods.early_exit:METHOD",
     "draft": "runinfra_opt.methods.draft:METHOD",
+    "vllm_ngram": "runinfra_opt.methods.vllm_ngram:METHOD",
 }
 
 _loaded: dict[str, SpecMethod] = {}

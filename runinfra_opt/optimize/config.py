@@ -9,6 +9,7 @@ from typing import Any, Literal
 from runinfra_opt.engine import registry as engine_registry
 from runinfra_opt.errors import UserInputError
 from runinfra_opt.methods import get_method
+from runinfra_opt.records import DEFAULT_TIE_TOLERANCE
 
 Priority = Literal["throughput", "ttft"]
 Strategy = Literal["predictive", "exhaustive"]
@@ -130,6 +131,11 @@ class OptimizeConfig:
     drafts: tuple[str, ...] = ()
     engine: str = "transformers"
     """The engine that runs and measures (`engine.registry`)."""
+    vllm_python: str | None = None
+    """`--vllm-python`: the python of a vLLM environment the user already has (vllm engine only)."""
+    tie_tolerance: float = DEFAULT_TIE_TOLERANCE
+    """`--tie-tolerance` (nats): a greedy divergence where the baseline's top two candidates were this close is
+    a numerical near-tie, reported but not disqualifying (engines that report log-probabilities: vllm)."""
     methods: tuple[str, ...] | None = None
     """None: every method that applies (draft only with --draft)."""
     lookaheads: tuple[int, ...] | None = None
@@ -205,6 +211,12 @@ class OptimizeConfig:
             raise UserInputError(f"{option} needs --executor ray")
         if self.trial_resources is not None:
             parse_trial_resources(self.trial_resources)
+        if self.vllm_python is not None and self.engine != "vllm":
+            raise UserInputError("--vllm-python needs --engine vllm")
+        if self.tie_tolerance < 0:
+            raise UserInputError(f"--tie-tolerance {self.tie_tolerance}: must be >= 0 (0: only exact ties)")
+        if self.engine == "vllm" and self.executor == "ray":
+            raise UserInputError("--executor ray runs the transformers engine only (the vllm engine: --executor local)")
         if self.max_retries < 0:
             raise UserInputError(f"--max-retries {self.max_retries}: must be >= 0")
         if self.methods is not None and "draft" in self.methods and not self.drafts:

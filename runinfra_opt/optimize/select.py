@@ -24,7 +24,7 @@ from runinfra_opt import stats
 from runinfra_opt.errors import NoFeasibleVariantError, UserInputError
 from runinfra_opt.exitcodes import ExitCode
 from runinfra_opt.methods import Variant, get_method
-from runinfra_opt.records import RequestRecord
+from runinfra_opt.records import RequestRecord, disqualifying
 from runinfra_opt.results import CategoryDecision, Decision, Interval, RunResults, VariantResult
 
 TIE = 0.01
@@ -103,7 +103,7 @@ def _beats_baseline(gain: Interval | None, min_speedup: float) -> bool:
 def _disqualify(result: VariantResult) -> None:
     """Mark a variant whose greedy output differs from the baseline's (measured requests only)."""
     for r in result.measured_requests:
-        if r.greedy and r.lossless is False:
+        if r.greedy and disqualifying(r):
             where = f" (first difference at output token {r.first_mismatch})" if r.first_mismatch is not None else ""
             result.disqualified = f"greedy output differs from the baseline on request {r.request_id}{where}"
             return
@@ -179,6 +179,8 @@ def decide(
         result.ruled_out = []
         result.disqualified = None
         variant = _variant_of(result)
+        if result.failed:
+            continue  # not measured on this engine (the reason is in `failed` and the notes)
         if result.measured_requests:
             _disqualify(result)
             if result is baseline_result:

@@ -3,8 +3,10 @@
 Each method contributes its own part (`SpecMethod.space`); today's defaults: prompt lookup (n-gram) with
 lookahead {1, 2, 3, 4, 5, 6, 8, 10, 12} and max match size {1, 2, 3}; each `--draft` model with lookahead
 {1, 2, 3, 4, 5, 6, 8, 10, 12, 16}; early exit at L/4, L/2 and 3L/4 of the target's L layers with lookahead
-{1, 2, 4, 6, 8}. `--methods` keeps only the methods named, `--lookahead` replaces every method's lookaheads,
-`--ngram-max` and `--exit-layers` replace theirs (each can narrow or widen the defaults).
+{1, 2, 4, 6, 8}. On the vLLM engine: vLLM's n-gram rule (`vllm_ngram`) with lookahead {2, 4, 8} and
+match windows [1, 3] and [2, 4], and each `--draft` as above. `--methods` keeps only the methods named,
+`--lookahead` replaces every method's lookaheads, `--ngram-max` and `--exit-layers` replace theirs (each can
+narrow or widen the defaults; on vllm_ngram, `--ngram-max N` means the window [1, N]).
 """
 
 from __future__ import annotations
@@ -24,15 +26,21 @@ def build_space(
     lookaheads: Sequence[int] | None = None,
     ngram_max: Sequence[int] | None = None,
     exit_layers: Sequence[int] | None = None,
+    engine: str = "transformers",
 ) -> list[Variant]:
-    """Every variant to consider, baseline first, then in order of simplicity (method rank)."""
+    """Every variant to consider, baseline first, then in order of simplicity (method rank). Without
+    `methods`, the methods whose defaults include `engine` (`SpecMethod.default_engines`)."""
     if methods:
         chosen = [get_method(name) for name in methods]
         for method in chosen:
             if method.needs_draft_model and not drafts:
                 raise UserInputError(f"--methods {method.name} needs at least one --draft model")
     else:
-        chosen = [get_method(name) for name in method_names() if get_method(name).in_default_space]
+        chosen = [
+            get_method(name)
+            for name in method_names()
+            if get_method(name).in_default_space and _on(get_method(name).default_engines, engine)
+        ]
     spec = SpaceSpec(
         num_layers=num_layers, drafts=tuple(drafts), lookaheads=lookaheads, ngram_max=ngram_max, exit_layers=exit_layers
     )
@@ -48,3 +56,7 @@ def build_space(
         seen.add(v.name)
         unique.append(v)
     return unique
+
+
+def _on(engines: frozenset[str] | None, engine: str) -> bool:
+    return engines is None or engine in engines

@@ -91,6 +91,8 @@ def variant_row(results: RunResults, result: VariantResult) -> VariantRow:
         status, status_text = "winner", "winner"
     elif result.disqualified:
         status, status_text = "disqualified", f"disqualified: {result.disqualified}"
+    elif result.failed:
+        status, status_text = "ruled out", result.failed
     elif result.ruled_out:
         status, status_text = "ruled out", "ruled out: " + "; ".join(result.ruled_out)
     elif method == "baseline":

@@ -1,7 +1,8 @@
 """Workloads: recorded traffic samples, read from JSONL/CSV/Parquet/OpenAI logs/ShareGPT and validated.
 
 Public API: `load_workload(spec)` (a bundled name like `mixed` or a path) -> `Workload`; `validate_workload`
-(streaming); `convert_workload`; `list_bundled()`; `short_fingerprint`. Statistics: `runinfra_opt.workload.inspect`.
+(streaming); `stream_workload` (validated, then re-read on every iteration: large recordings);
+`convert_workload`; `list_bundled()`; `short_fingerprint`. Statistics: `runinfra_opt.workload.inspect`.
 """
 
 from runinfra_opt.workload.fingerprint import canonical_record, fingerprint, short_fingerprint
@@ -11,11 +12,13 @@ from runinfra_opt.workload.loader import (
     BundledInfo,
     ValidationSummary,
     WorkloadSource,
+    WorkloadStream,
     bundled_dir,
     convert_workload,
     list_bundled,
     load_workload,
     resolve_workload,
+    stream_workload,
     validate_workload,
 )
 from runinfra_opt.workload.model import Message, Request, Workload
@@ -31,6 +34,7 @@ __all__ = [
     "ValidationSummary",
     "Workload",
     "WorkloadSource",
+    "WorkloadStream",
     "bundled_dir",
     "canonical_record",
     "convert_workload",
@@ -39,5 +43,6 @@ __all__ = [
     "load_workload",
     "resolve_workload",
     "short_fingerprint",
+    "stream_workload",
     "validate_workload",
 ]

@@ -238,3 +238,87 @@ def list_bundled() -> list[BundledInfo]:
             )
         )
     return infos
+
+
+@dataclass(frozen=True)
+class WorkloadStream:
+    """A validated workload read again from its file on every iteration, never held in memory: for replaying
+    large recordings. Requests come in file order with arrival times relative to the earliest (as `load_workload`
+    gives them); `in_arrival_order` says whether file order is also arrival order."""
+
+    name: str
+    path: str
+    format: str
+    requests: int
+    fingerprint: str
+    categories: dict[str, int]
+    timing_mode: str
+    """`arrival_s`, `timestamp` or `none` (the file records no arrival times)."""
+    first_arrival_s: float | None
+    """The earliest relative arrival time (None without timing)."""
+    in_arrival_order: bool
+    """File order never goes back in time (always True without timing)."""
+    default_max_tokens: int
+    _source: WorkloadSource
+    _earliest_timestamp: float | None
+
+    @property
+    def has_arrivals(self) -> bool:
+        return self.timing_mode != "none"
+
+    def __iter__(self) -> Iterator[Request]:
+        ctx = RecordContext(Problems(self.path), self.default_max_tokens)
+        ctx.timing.mode = self.timing_mode
+        ctx.timing.earliest_timestamp = self._earliest_timestamp
+        for request in _iter_requests(self._source, ctx):
+            yield _relative(request, ctx)
+        if ctx.problems:  # the file changed since it was validated
+            ctx.problems.raise_if_any()
+
+
+def stream_workload(spec: str, *, format: str | None = None, default_max_tokens: int | None = None) -> WorkloadStream:
+    """Validate a workload in one streamed pass (same errors as `load_workload`) and return a stream of it."""
+    source = resolve_workload(spec, format=format)
+    max_tokens = _max_tokens(default_max_tokens)
+    ctx = RecordContext(Problems(_display(source, spec)), max_tokens)
+    count = 0
+    categories: Counter[str] = Counter()
+    in_order = True
+    previous: float | None = None
+    first: float | None = None
+    fp = Fingerprinter()
+    for request in _iter_requests(source, ctx):
+        count += 1
+        categories[request.category] += 1
+        fp.add(request)
+        arrival = request.arrival_s
+        if arrival is not None:
+            in_order = in_order and (previous is None or arrival >= previous)
+            previous = arrival
+            first = arrival if first is None else min(first, arrival)
+    ctx.problems.raise_if_any()
+    timing_mode = ctx.timing.mode or "none"
+    earliest = ctx.timing.earliest_timestamp
+    first_relative = None
+    if first is not None:
+        first_relative = round(first - earliest, 6) if timing_mode == "timestamp" and earliest is not None else first
+    stream = WorkloadStream(
+        name=source.name,
+        path=_display(source, spec),
+        format=source.format,
+        requests=count,
+        fingerprint=fp.hexdigest(),
+        categories=dict(sorted(categories.items())),
+        timing_mode=timing_mode,
+        first_arrival_s=first_relative,
+        in_arrival_order=in_order,
+        default_max_tokens=max_tokens,
+        _source=source,
+        _earliest_timestamp=earliest,
+    )
+    if timing_mode != "timestamp":
+        return stream
+    fp = Fingerprinter()
+    for request in stream:  # relative arrival times are known only now: hash again in a second pass
+        fp.add(request)
+    return dataclasses.replace(stream, fingerprint=fp.hexdigest())

@@ -15,6 +15,7 @@ dependencies; the `openai` SDK would add its own retries and parsing between us 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import time
 from collections.abc import Sequence
@@ -34,6 +35,7 @@ class CompletionRequest:
     prompt: str | list[int] | None = None
     messages: list[dict[str, Any]] | None = None
     temperature: float = 0.0
+    top_p: float | None = None
     top_logprobs: int = 2
     """0 requests no log-probabilities (and so no token ids)."""
     ignore_eos: bool = False
@@ -97,6 +99,8 @@ def request_body(request: CompletionRequest, model: str) -> dict[str, Any]:
         body["ignore_eos"] = True
     if request.seed is not None:
         body["seed"] = request.seed
+    if request.top_p is not None:
+        body["top_p"] = request.top_p
     if request.is_chat:
         body["messages"] = request.messages
         if request.top_logprobs:
@@ -163,8 +167,9 @@ class OpenAIClient:
         model: str,
         *,
         timeout_s: float = DEFAULT_TIMEOUT_S,
-        max_connections: int = 64,
+        max_connections: int | None = 64,
     ) -> None:
+        """`max_connections=None`: no cap (an open-loop load must not queue requests inside the client)."""
         self.base_url = base_url.rstrip("/")
         self.model = model
         self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
@@ -202,29 +207,31 @@ class OpenAIClient:
                     raw = (await response.aread()).decode("utf-8", errors="replace")
                     result.error = _error_message(raw) or f"HTTP {response.status_code}"
                     return result
-                async for line in response.aiter_lines():
-                    if not line.startswith("data:"):
-                        continue
-                    data = line[len("data:") :].strip()
-                    if data == "[DONE]":
-                        break
-                    now = time.perf_counter()
-                    chunk = json.loads(data)
-                    if "error" in chunk and not chunk.get("choices"):
-                        result.error = _error_message(data) or "error in stream"
-                        return result
-                    usage = chunk.get("usage")
-                    if usage:
-                        result.output_tokens = usage.get("completion_tokens")
-                        result.prompt_tokens = usage.get("prompt_tokens")
-                    tokens = sum(_absorb_choice(c, result, request.is_chat) for c in chunk.get("choices") or [])
-                    if tokens:
-                        if result.ttft_s is None:
-                            result.ttft_s = now - start
-                        elif last is not None:
-                            result.itl_s.append(now - last)
-                        result.chunk_tokens.append(tokens)
-                        last = now
+                lines = response.aiter_lines()
+                async with contextlib.aclosing(lines):  # closed on `break` and on return
+                    async for line in lines:
+                        if not line.startswith("data:"):
+                            continue
+                        data = line[len("data:") :].strip()
+                        if data == "[DONE]":
+                            break
+                        now = time.perf_counter()
+                        chunk = json.loads(data)
+                        if "error" in chunk and not chunk.get("choices"):
+                            result.error = _error_message(data) or "error in stream"
+                            return result
+                        usage = chunk.get("usage")
+                        if usage:
+                            result.output_tokens = usage.get("completion_tokens")
+                            result.prompt_tokens = usage.get("prompt_tokens")
+                        tokens = sum(_absorb_choice(c, result, request.is_chat) for c in chunk.get("choices") or [])
+                        if tokens:
+                            if result.ttft_s is None:
+                                result.ttft_s = now - start
+                            elif last is not None:
+                                result.itl_s.append(now - last)
+                            result.chunk_tokens.append(tokens)
+                            last = now
         except (httpx.HTTPError, ValueError, OSError) as exc:
             result.error = f"{type(exc).__name__}: {exc}"
             return result

@@ -19,6 +19,7 @@ import contextlib
 import json
 import os
 import secrets
+import shlex
 import signal
 import socket
 import subprocess
@@ -256,7 +257,7 @@ class VllmServer:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         command = self.command()
         with self.log_path.open("ab") as log:
-            shown = " ".join(redact(command, self.api_key))
+            shown = shlex.join(redact(command, self.api_key))
             log.write(f"$ VLLM_API_KEY={REDACTED} {shown}\n".encode())
             log.flush()
             try:

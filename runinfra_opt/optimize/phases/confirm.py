@@ -12,11 +12,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from runinfra_opt.errors import EngineError
 from runinfra_opt.methods import BASELINE, Variant, get_method
 from runinfra_opt.optimize.config import OptimizeConfig
 from runinfra_opt.optimize.plan import replan_confirmation
 from runinfra_opt.optimize.state import WARMUP_TOKENS, RunState
-from runinfra_opt.records import compare_to_baseline
+from runinfra_opt.records import compare_to_baseline, disqualifying
 from runinfra_opt.results import RunResults, VariantResult
 from runinfra_opt.stats import summarize_by_category, summarize_with_intervals
 
@@ -121,18 +122,29 @@ def run(state: RunState) -> None:
         from runinfra_opt.optimize.executors.ray_cluster import time_trials
 
         time_trials(state, variants)  # one trial per variant, each with its own baseline repeats on its node
+    elif not getattr(state.engine, "interleaves", True):
+        _time_by_variant(state, variants)
     else:
         _time_locally(state, variants)
     baseline_rows = state.variant_result(BASELINE).measured_requests
     for variant in variants:
         vr = state.variant_result(variant)
-        if not vr.measured_requests:
-            continue  # its trial failed (the reason is in results.trials)
+        if not vr.measured_requests or vr.failed:
+            continue  # its trial failed (the reason is in results.trials or `failed`, and in the notes)
         vr.confirmed = True
         others = baseline_rows if variant.is_speculative else None
         vr.measured = summarize_with_intervals(vr.measured_requests, others)
         vr.per_category = summarize_by_category(vr.measured_requests, others)
-        mismatched = sorted({r.request_id for r in vr.measured_requests if r.lossless is False})
+        mismatched = sorted({r.request_id for r in vr.measured_requests if disqualifying(r)})
+        ties = sorted(
+            {f"{r.request_id} at token {r.first_mismatch}" for r in vr.measured_requests if r.near_tie},
+        )
+        if ties and variant.is_speculative:
+            results.add_note(
+                f"{variant.name}: output differs from the baseline's at a numerical near-tie (the baseline's top "
+                f"two candidates within --tie-tolerance {state.config.tie_tolerance:g} nats) on "
+                f"{', '.join(ties)}; not disqualified"
+            )
         if mismatched and variant.is_speculative:
             vr.disqualified = f"greedy output differs from the baseline's on request(s) {', '.join(mismatched)}"
         elif mismatched:
@@ -173,10 +185,66 @@ def _time_locally(state: RunState, variants: list[Variant]) -> None:
                     continue
                 record = engine.generate(request, variant, max_tokens=state.max_tokens, repeat=repeat)
                 if request.id in reference:
-                    compare_to_baseline(record, reference[request.id])
+                    compare_to_baseline(record, reference[request.id], tie_tolerance=state.config.tie_tolerance)
                 state.variant_result(variant).measured_requests.append(record)
                 changed = True
                 state.reporter.advance(f"{request.id} {variant.name}")
             if changed:
                 state.save()  # after each request's batch of variants
     state.reporter.end_phase()
+
+
+def _time_by_variant(state: RunState, variants: list[Variant]) -> None:
+    """Variant by variant (an engine with a server per variant: a launch per switch would dominate), baseline
+    first; within a variant, every request and repeat. A variant whose server or a request fails is marked
+    failed with the reason and the run goes on with the others; the baseline failing ends the run."""
+    assert state.engine is not None
+    engine, results = state.engine, state.results
+    repeats = state.plan.repeats
+    reference = state.baseline_records()
+    total = len(variants) * len(state.requests) * repeats
+    state.reporter.phase(
+        "confirm", total, f"timing {len(variants) - 1} candidate(s) x {repeats} repeat(s), one server each"
+    )
+    for variant in variants:
+        vr = state.variant_result(variant)
+        done = {(r.request_id, r.repeat) for r in vr.measured_requests}
+        todo = [(rep, req) for rep in range(repeats) for req in state.requests if (req.id, rep) not in done]
+        for _ in range(len(state.requests) * repeats - len(todo)):
+            state.reporter.advance()
+        if not todo or vr.failed:
+            for _ in todo:
+                state.reporter.advance()
+            continue
+        try:
+            engine.warmup(todo[0][1], variant, max_tokens=WARMUP_TOKENS)
+            for repeat, request in todo:
+                record = engine.generate(request, variant, max_tokens=state.max_tokens, repeat=repeat)
+                if request.id in reference:
+                    compare_to_baseline(record, reference[request.id], tie_tolerance=state.config.tie_tolerance)
+                vr.measured_requests.append(record)
+                state.save()
+                state.reporter.advance(f"{variant.name} {request.id}")
+        except EngineError as exc:
+            if not variant.is_speculative:
+                raise
+            reason = str(exc).splitlines()[0]
+            vr.failed = f"failed on the {engine.name} engine: {reason}"
+            results.add_note(f"{variant.name} failed: {reason} (log: {_log_of(engine)})", kind="left_out")
+            state.save()
+    state.reporter.end_phase()
+    _record_launches(state)
+
+
+def _log_of(engine: Any) -> str:
+    launches = getattr(engine, "launches", None)
+    return launches[-1].log if launches else "none"
+
+
+def _record_launches(state: RunState) -> None:
+    """The engine's server launches (variant, start-up seconds, log, error) into the results."""
+    launches = getattr(state.engine, "launches", None)
+    if launches:
+        state.results.launches.extend(launch.to_dict() for launch in launches)
+        launches.clear()
+        state.save()

@@ -51,6 +51,9 @@ def run(state: RunState) -> None:
         allow_tokenizer_mismatch=config.allow_tokenizer_mismatch,
         skip_too_long=config.skip_too_long,
         on_load=reporter.advance,
+        log_dir=state.run_dir / "servers",
+        seed=config.seed,
+        **({"vllm_python": config.vllm_python} if config.vllm_python else {}),
     )
     state.engine = engine
     # Without --max-tokens every request keeps its own max_tokens (load_workload filled the missing ones).
@@ -71,15 +74,24 @@ def run(state: RunState) -> None:
         lookaheads=config.lookaheads,
         ngram_max=config.ngram_max,
         exit_layers=config.exit_layers,
+        engine=engine.name,
     )
     state.space = []
+    left_out: dict[str, list[str]] = {}
     for variant in space:
         reason = engine.supports(variant)
         if reason is None:
             state.space.append(variant)
-        elif not state.resumed:
+        else:
+            left_out.setdefault(reason, []).append(variant.name)
+    if not state.resumed:
+        for reason, names in left_out.items():
+            shown = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+            results.add_note(f"left out {shown}: the {engine.name} engine cannot run it ({reason})", kind="left_out")
+        if not getattr(engine, "interleaves", True):
             results.add_note(
-                f"left out {variant.name}: the {engine.name} engine cannot run it ({reason})", kind="left_out"
+                f"the {engine.name} engine starts one server per variant: {len(state.space)} launch(es), each "
+                "timed apart (start-up is not counted in any figure); variants are timed one after another"
             )
     if not state.resumed and not predictive_capable(engine) and config.strategy == "predictive":
         results.add_note(

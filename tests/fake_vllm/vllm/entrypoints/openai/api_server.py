@@ -5,9 +5,17 @@ tests/test_vllm_e2e.py.
 
 FAKE_VLLM_MODE: ok (default); die (exits during start-up, leaving its child behind, as a crashed API
 server may); hang (never answers /health); stubborn (ignores SIGTERM, as does its child).
+
+It also serves `/v1/completions` (streamed, token-id prompts, `token_id:N` log-probabilities, usage) for the
+vLLM engine's tests (tests/test_optimize_vllm.py), deterministically: the output copies the prompt from its
+start, cycling (`max_tokens` tokens); the top-2 margin is 0.01 nats at output position 3 (a near-tie) and 2.0
+elsewhere. With `--speculative-config` it streams chunks of up to k + 1 tokens and counts drafts in /metrics
+as vLLM does. FAKE_VLLM_SPEC (servers with a speculative config only): `reject` (exits at start-up as vLLM
+does on a config it refuses); `diverge:N` (output token N differs); `die_after:N` (exits after N requests).
 """
 
 import argparse
+import json
 import os
 import signal
 import subprocess
@@ -21,8 +29,14 @@ def main():
     parser.add_argument("--model", required=True)
     parser.add_argument("--host", required=True)
     parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--speculative-config", default=None)
     args, _ = parser.parse_known_args()
     mode = os.environ.get("FAKE_VLLM_MODE", "ok")
+    spec = json.loads(args.speculative_config) if args.speculative_config else None
+    spec_mode = os.environ.get("FAKE_VLLM_SPEC", "") if spec else ""
+    if spec_mode == "reject":
+        print("ValueError: speculative config rejected by the fake server", flush=True)
+        sys.exit(1)
     key_set = bool(os.environ.get("VLLM_API_KEY"))
     print(f"fake vLLM: model {args.model}, mode {mode}, api key set: {key_set}", flush=True)
 
@@ -48,15 +62,89 @@ def main():
         while True:
             time.sleep(1)
 
+    counters = {"drafts": 0, "draft_tokens": 0, "accepted": 0, "generated": 0, "requests": 0}
+    api_key = os.environ.get("VLLM_API_KEY")
+
     class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.0"
+
         def log_message(self, format, *a):
             pass
+
+        def do_POST(self):
+            if api_key and self.headers.get("Authorization") != f"Bearer {api_key}":
+                self.send_response(401)
+                self.end_headers()
+                return
+            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            prompt = body["prompt"]
+            n = int(body["max_tokens"])
+            out = [prompt[i % len(prompt)] for i in range(n)]
+            if spec_mode.startswith("diverge:"):
+                at = int(spec_mode.split(":")[1])
+                if at < n:
+                    out[at] = out[at] + 1
+            k = int(spec["num_speculative_tokens"]) if spec else 0
+            chunks, i = [], 0
+            while i < n:
+                size = 1 if i == 0 or not spec else min(k + 1, n - i)
+                chunks.append(out[i : i + size])
+                if spec and i > 0:
+                    counters["drafts"] += 1
+                    counters["draft_tokens"] += k
+                    counters["accepted"] += size - 1
+                i += size
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            self.end_headers()
+            position = 0
+            for chunk in chunks:
+                time.sleep(0.002 * len(chunk) if spec else 0.004)
+                tops = []
+                for tid in chunk:
+                    margin = 0.01 if position == 3 else 2.0
+                    tops.append({f"token_id:{tid}": -0.1, f"token_id:{tid + 7}": -0.1 - margin})
+                    position += 1
+                event = {
+                    "choices": [
+                        {
+                            "index": 0,
+                            "text": "x" * len(chunk),
+                            "logprobs": {
+                                "tokens": [f"token_id:{t}" for t in chunk],
+                                "token_logprobs": [-0.1] * len(chunk),
+                                "top_logprobs": tops,
+                            },
+                            "finish_reason": None,
+                        }
+                    ]
+                }
+                self.wfile.write(f"data: {json.dumps(event)}\n\n".encode())
+                self.wfile.flush()
+            usage = {"prompt_tokens": len(prompt), "completion_tokens": n, "total_tokens": len(prompt) + n}
+            self.wfile.write(f"data: {json.dumps({'choices': [], 'usage': usage})}\n\n".encode())
+            self.wfile.write(b"data: [DONE]\n\n")
+            self.wfile.flush()
+            counters["generated"] += n
+            counters["requests"] += 1
+            if spec_mode.startswith("die_after:") and counters["requests"] >= int(spec_mode.split(":")[1]):
+                child.kill()
+                os._exit(1)
 
         def do_GET(self):
             if self.path == "/health":
                 body = b""
             elif self.path == "/metrics":
-                body = b'# TYPE vllm:generation_tokens counter\nvllm:generation_tokens_total{model_name="m"} 7.0\n'
+                body = (
+                    "# TYPE vllm:generation_tokens counter\n"
+                    f'vllm:generation_tokens_total{{model_name="m"}} {counters["generated"] + 7}.0\n'
+                    "# TYPE vllm:spec_decode_num_drafts counter\n"
+                    f'vllm:spec_decode_num_drafts_total{{model_name="m"}} {counters["drafts"]}.0\n'
+                    "# TYPE vllm:spec_decode_num_draft_tokens counter\n"
+                    f'vllm:spec_decode_num_draft_tokens_total{{model_name="m"}} {counters["draft_tokens"]}.0\n'
+                    "# TYPE vllm:spec_decode_num_accepted_tokens counter\n"
+                    f'vllm:spec_decode_num_accepted_tokens_total{{model_name="m"}} {counters["accepted"]}.0\n'
+                ).encode()
             else:
                 self.send_response(404)
                 self.end_headers()

@@ -1,0 +1,401 @@
+"""The vLLM serving engine: every variant measured on a real vLLM server, launched for it, over HTTP.
+
+For each variant the engine starts one server (`VllmServer`) with exactly the serving arguments the manifest
+will carry for it (`server_config`: model, dtype, max model len, `--speculative-config`, seed), on loopback
+behind a per-run API key, and keeps it while requests of that variant come; a request for another variant
+stops it (SIGTERM, then SIGKILL) and starts the next. Launches dominate (~2 minutes each on 2 CPU cores), so
+the engine declares `interleaves = False` and callers time variant by variant. Every launch is recorded
+(`launches`: start-up seconds, log file, outcome) and its log kept under `log_dir`.
+
+Requests are sent as the token ids the target sees (`PromptTokenizer`, the same ids as the in-process engine),
+to `/v1/completions`, streamed, with top-2 log-probabilities (exact output ids, and the margin between the
+top two candidates at every position: the near-tie rule of `records.compare_to_baseline`). `/metrics` is
+scraped around each request (batch 1: the counters' difference is that request's drafts and accepted tokens).
+
+Capabilities: none of profiling, cost tables or early exit (vLLM has no early-exit drafting); `optimize` times
+every variant (the serving-engine predictor is a later step).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from runinfra_opt.engine.prompts import PromptTokenizer
+from runinfra_opt.engine.protocol import Capability
+from runinfra_opt.engine.vllm import metrics
+from runinfra_opt.engine.vllm.client import CompletionRequest, OpenAIClient, RequestResult
+from runinfra_opt.engine.vllm.environment import VllmEnvironment, resolve_environment
+from runinfra_opt.engine.vllm.server import DEFAULT_STARTUP_TIMEOUT_S, ServerConfig, VllmServer
+from runinfra_opt.errors import EngineError, UserInputError
+from runinfra_opt.methods import Variant, get_method
+from runinfra_opt.records import RequestRecord
+from runinfra_opt.workload.model import Request
+
+DEFAULT_MAX_MODEL_LEN = 2048
+"""`--max-model-len` of every server (and the context requests must fit): the bundled workloads fit, and the
+KV cache for it stays small on CPU."""
+DEFAULT_DTYPE = "bfloat16"
+"""`--dtype auto` on the vLLM engine: what vLLM's CPU backend runs fastest and users deploy. Greedy outputs in
+bfloat16 are not bit-exact across speculative configurations (the near-tie rule judges them); `--dtype
+float32` is exact where vLLM's kernels allow."""
+DTYPES = ("bfloat16", "float16", "float32")
+WARMUP_REQUESTS = 2
+"""Untimed requests after each launch: the first after start-up compiles (seconds), the second settles."""
+
+
+class RequestFailed(EngineError):
+    """A request failed on a running server (an HTTP error, a broken stream, a dead server)."""
+
+
+@dataclass
+class Launch:
+    """One server start: for which variant, how long it took to become healthy, where its log is."""
+
+    variant: str
+    log: str
+    startup_s: float | None = None
+    error: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def top_margins(result: RequestResult) -> list[float | None]:
+    """Per output position, log p(top-1) - log p(top-2) (None where fewer than two candidates came back)."""
+    return [round(top[0][1] - top[1][1], 5) if len(top) >= 2 else None for top in result.top_logprobs]
+
+
+def _file_name(variant: Variant) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", variant.name)
+
+
+class VllmEngine:
+    """Implements `engine.protocol.Engine` on vLLM servers, one per variant at a time."""
+
+    name = "vllm"
+    capabilities: frozenset[Capability] = frozenset()
+    interleaves = False
+
+    def __init__(
+        self,
+        environment: VllmEnvironment,
+        *,
+        target: dict[str, Any],
+        model_dir: str,
+        drafts: dict[str, tuple[str, dict[str, Any]]],
+        prompts: PromptTokenizer,
+        num_layers: int,
+        dtype: str,
+        max_model_len: int,
+        log_dir: Path,
+        seed: int = 0,
+        startup_timeout_s: float | None = None,
+        extra_args: Sequence[str] = (),
+    ) -> None:
+        self.vllm = environment
+        self.target_info = target
+        self.model_dir = model_dir
+        self.drafts = drafts
+        """draft spec -> (its model directory, its ModelInfo fields)."""
+        self.prompts = prompts
+        self._num_layers = num_layers
+        self.dtype = dtype
+        self.max_model_len = max_model_len
+        self.log_dir = Path(log_dir)
+        self.seed = seed
+        self.startup_timeout_s = startup_timeout_s
+        self.extra_args = tuple(extra_args)
+        self.launches: list[Launch] = []
+        self._server: VllmServer | None = None
+        self._loop = asyncio.new_event_loop()
+        self._client: OpenAIClient | None = None
+        self._failed: dict[str, str] = {}
+
+    # ---- what runs ------------------------------------------------------------------------------------------
+
+    @property
+    def target_layers(self) -> int:
+        return self._num_layers
+
+    def draft_path(self, variant: Variant) -> str | None:
+        if variant.draft is None:
+            return None
+        if variant.draft not in self.drafts:
+            raise UserInputError(f"draft {variant.draft!r} is not loaded (loaded: {', '.join(self.drafts) or 'none'})")
+        return self.drafts[variant.draft][0]
+
+    def server_config(self, variant: Variant) -> ServerConfig:
+        """Exactly the serving arguments of `variant` (what the manifest's `serving.vllm` carries)."""
+        serving = get_method(variant.method).serving_vllm(variant, self.draft_path(variant))
+        if not serving.get("supported"):
+            raise UserInputError(f"the vllm engine cannot run {variant.name}: {serving.get('note')}")
+        return ServerConfig(
+            model=self.model_dir,
+            dtype=self.dtype,
+            max_model_len=self.max_model_len,
+            speculative_config=serving.get("speculativeConfig"),
+            seed=self.seed,
+            extra_args=self.extra_args,
+        )
+
+    def supports(self, variant: Variant) -> str | None:
+        if variant.draft is not None and variant.draft not in self.drafts:
+            return f"draft {variant.draft!r} is not loaded"
+        serving = get_method(variant.method).serving_vllm(variant, self.draft_path(variant))
+        if not serving.get("supported"):
+            return str(serving.get("note") or f"vLLM cannot run method {variant.method}")
+        return None
+
+    # ---- servers ------------------------------------------------------------------------------------------
+
+    def _server_for(self, variant: Variant) -> VllmServer:
+        """The running server for `variant`: the current one when its arguments are the same, else a new one."""
+        config = self.server_config(variant)
+        if variant.name in self._failed:
+            raise EngineError(self._failed[variant.name])
+        current = self._server
+        if current is not None and current.config == config:
+            current.check_alive()
+            return current
+        self._stop_server()
+        name = _file_name(variant)
+        server = VllmServer(
+            self.vllm.python,
+            config,
+            self.log_dir,
+            name=f"{len(self.launches) + 1:02d}-{name}",
+            startup_timeout_s=self.startup_timeout_s or DEFAULT_STARTUP_TIMEOUT_S,
+        )
+        launch = Launch(variant=variant.name, log=str(server.log_path))
+        self.launches.append(launch)
+        try:
+            server.__enter__()
+        except EngineError as exc:
+            launch.error = str(exc).splitlines()[0]
+            self._failed[variant.name] = f"{variant.name}: {exc}"
+            raise
+        launch.startup_s = round(server.startup_s or 0.0, 1)
+        self._server = server
+        self._client = OpenAIClient(server.base_url, server.api_key, server.model_name)
+        self._loop.run_until_complete(self._client.__aenter__())
+        return server
+
+    def _stop_server(self) -> None:
+        server, client = self._server, self._client
+        self._server, self._client = None, None
+        try:
+            if client is not None:
+                self._loop.run_until_complete(client.__aexit__(None, None, None))
+        finally:
+            if server is not None:
+                server.__exit__(None, None, None)
+
+    def _send(self, request: CompletionRequest) -> RequestResult:
+        assert self._client is not None
+        return self._loop.run_until_complete(self._client.complete(request))
+
+    def _completion(self, request: Request, max_tokens: int, request_id: str | None = None) -> CompletionRequest:
+        return CompletionRequest(
+            request_id or request.id,
+            self.prompts.max_new_tokens(request, max_tokens),
+            prompt=self.prompts.prompt_ids(request),
+            temperature=float(request.temperature or 0.0),
+            top_p=request.top_p,
+            seed=request.seed if request.seed is not None else (0 if not request.greedy else None),
+            top_logprobs=2,
+        )
+
+    # ---- the engine contract -------------------------------------------------------------------------------
+
+    def warmup(self, request: Request, variant: Variant, *, max_tokens: int = 8) -> None:
+        server = self._server_for(variant)
+        for i in range(WARMUP_REQUESTS):
+            result = self._send(self._completion(request, max_tokens, f"warm-up-{i}"))
+            if not result.success:
+                self._fail(server, variant, request, result)
+
+    def generate(self, request: Request, variant: Variant, *, max_tokens: int, repeat: int = 0) -> RequestRecord:
+        problem = self.prompts.too_long(request, max_tokens)
+        if problem is not None:
+            raise UserInputError(f"line {request.line}: {problem}")
+        server = self._server_for(variant)
+        completion = self._completion(request, max_tokens)
+        before = self._scrape(server, variant)
+        result = self._send(completion)
+        if not result.success:
+            self._fail(server, variant, request, result)
+        counters = self._scrape(server, variant).minus(before)
+        assert result.ttft_s is not None
+        assert result.e2e_s is not None
+        prompt = completion.prompt
+        assert isinstance(prompt, list)
+        return RequestRecord(
+            request_id=request.id,
+            category=request.category,
+            greedy=request.greedy,
+            repeat=repeat,
+            prompt_tokens=result.prompt_tokens or len(prompt),
+            output_ids=list(result.output_token_ids),
+            output_tokens=len(result.output_token_ids),
+            ttft_s=result.ttft_s,
+            e2e_s=result.e2e_s,
+            target_passes=len(result.chunk_tokens),
+            drafted_tokens=round(counters.draft_tokens),
+            accepted_tokens=round(counters.accepted_tokens),
+            variant=variant.name,
+            top_margins=top_margins(result),
+        )
+
+    def _scrape(self, server: VllmServer, variant: Variant) -> metrics.EngineCounters:
+        """The server's counters; a server that stopped answering is reported as dead (quoting its log)."""
+        import httpx
+
+        try:
+            return metrics.scrape(server.base_url)
+        except httpx.HTTPError as exc:
+            server.check_alive()
+            raise RequestFailed(f"{variant.name}: cannot read the server's /metrics: {exc}") from None
+
+    def _fail(self, server: VllmServer, variant: Variant, request: Request, result: RequestResult) -> None:
+        """A failed request: the server's death (quoting its log) when it died, else the HTTP error."""
+        server.check_alive()
+        status = f" (HTTP {result.status})" if result.status else ""
+        raise RequestFailed(f"{variant.name}: request {request.id} failed{status}: {result.error}")
+
+    def model_infos(self) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+        return self.target_info, [info for _, info in self.drafts.values()]
+
+    def environment(self) -> dict[str, Any]:
+        import platform
+
+        from runinfra_opt import __version__
+
+        return {
+            "engine": "vllm",
+            "runinfra_opt": __version__,
+            "python": platform.python_version(),
+            "vllm": self.vllm.vllm_version,
+            "vllm_distribution": self.vllm.distribution,
+            "vllm_torch": self.vllm.torch_version,
+            "vllm_transformers": self.vllm.transformers_version,
+            "vllm_python_managed": self.vllm.managed,
+            "dtype": self.dtype,
+            "max_model_len": self.max_model_len,
+            "device": "cpu" if (self.vllm.build or "").endswith("cpu") else (self.vllm.build or "unknown"),
+            "cpu": _cpu_name(),
+        }
+
+    def close(self) -> None:
+        try:
+            self._stop_server()
+        finally:
+            if not self._loop.is_closed():
+                self._loop.run_until_complete(self._loop.shutdown_asyncgens())
+                self._loop.close()
+
+
+def _cpu_name() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    import platform
+
+    return platform.processor() or "unknown"
+
+
+def _model_info(spec: str, *, dtype: str) -> tuple[str, dict[str, Any], int]:
+    """(the model directory vLLM loads, its ModelInfo fields, its number of layers) for a model spec."""
+    from transformers import AutoConfig
+
+    from runinfra_opt.models import ensure_converted, resolve_model
+
+    resolved = resolve_model(spec)
+    if resolved.path is None:
+        raise UserInputError(
+            f"{spec}: the vllm engine loads local models only (a directory or a .gguf file), not a hub id"
+        )
+    directory = ensure_converted(resolved)
+    config = AutoConfig.from_pretrained(str(directory))
+    text = config.get_text_config()
+    layers = int(getattr(text, "num_hidden_layers", 0) or 0)
+    info = {
+        "spec": spec,
+        "name": resolved.name,
+        "path": str(directory),
+        "file_sha256": resolved.sha256(),
+        "num_layers": layers or None,
+        "dtype": dtype,
+        "device": "vllm",
+    }
+    return str(directory), info, layers
+
+
+def open_engine(
+    target: str,
+    drafts: Sequence[str] = (),
+    *,
+    device: str = "auto",
+    dtype: str = "auto",
+    threads: int | None = None,
+    allow_tokenizer_mismatch: bool = False,
+    skip_too_long: bool = False,
+    on_load: Callable[[str], None] | None = None,
+    log_dir: Path | None = None,
+    vllm_python: str | None = None,
+    seed: int = 0,
+) -> VllmEngine:
+    """Resolve the vLLM environment and the models (nothing starts until the first request)."""
+    if threads is not None:
+        raise UserInputError("--threads is not used by the vllm engine (vLLM sizes its own CPU threads)")
+    if device not in ("auto", "cpu", "cuda"):
+        raise UserInputError(f"--device {device}: the vllm engine runs on its build's device (auto, cpu or cuda)")
+    chosen = DEFAULT_DTYPE if dtype == "auto" else dtype
+    if chosen not in DTYPES:
+        raise UserInputError(f"--dtype {dtype}: the vllm engine takes auto, {', '.join(DTYPES)}")
+    environment = resolve_environment(vllm_python)
+    model_dir, target_info, layers = _model_info(target, dtype=chosen)
+    prompts = PromptTokenizer.load(target, skip_too_long=skip_too_long)
+    if prompts.context_length is None or prompts.context_length > DEFAULT_MAX_MODEL_LEN:
+        prompts.context_length = DEFAULT_MAX_MODEL_LEN
+    if on_load is not None:
+        on_load(f"target {target_info['name']} (vLLM {environment.vllm_version})")
+    draft_models: dict[str, tuple[str, dict[str, Any]]] = {}
+    for spec in drafts:
+        if not allow_tokenizer_mismatch:
+            _check_vocabulary(prompts, spec)
+        directory, info, _ = _model_info(spec, dtype=chosen)
+        draft_models[spec] = (directory, info)
+        if on_load is not None:
+            on_load(f"draft {info['name']}")
+    return VllmEngine(
+        environment,
+        target=target_info,
+        model_dir=model_dir,
+        drafts=draft_models,
+        prompts=prompts,
+        num_layers=layers,
+        dtype=chosen,
+        max_model_len=DEFAULT_MAX_MODEL_LEN,
+        log_dir=log_dir or Path(".runinfra") / "servers",
+        seed=seed,
+    )
+
+
+def _check_vocabulary(prompts: PromptTokenizer, spec: str) -> None:
+    """vLLM's draft-model speculation needs the target's vocabulary: refuse a draft whose tokenizer differs."""
+    from runinfra_opt.models import load_tokenizer
+
+    theirs = load_tokenizer(spec)
+    if theirs.get_vocab() != prompts.tokenizer.get_vocab():
+        raise UserInputError(
+            f"--draft {spec}: its tokenizer differs from the target's; vLLM's draft-model speculation needs the "
+            "same vocabulary"
+        )

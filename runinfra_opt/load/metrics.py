@@ -1,0 +1,259 @@
+"""Serving metrics per load level, from the raw per-request records of one or more runs (repeats) of it.
+
+The measured window of a run excludes warm-up and drain: it starts at the send of the first request after the
+first `warmup_fraction` of sends and ends at the last send, after which fewer and fewer requests are in flight.
+A run too short for that (fewer than three requests, or a window shorter than the median request's end-to-end
+time, e.g. every request sent at once) is measured over its whole span instead, first send to last completion,
+and the metrics say so (`MeasuredWindow.steady`).
+
+- Output tokens/s: output tokens of successful requests streamed inside the windows (each chunk counted at its
+  arrival time, scaled to the server's `usage` count) over the windows' total length, with a 95% bootstrap
+  interval over requests x repeats (`runinfra_opt.stats.bootstrap_interval`).
+- Requests/s: successful requests completed inside the windows over their length.
+- TTFT, TPOT ((e2e - TTFT) / (tokens - 1)), ITL (gaps between output chunks) and e2e percentiles over the
+  successful requests sent inside the windows; the send lag over every request.
+- Goodput, with `slo_ttft_ms` and/or `slo_tpot_ms`: the share of requests sent inside the windows that succeeded
+  and met every SLO given (a request with fewer than two tokens meets any TPOT SLO and the bounds are inclusive,
+  as in `vllm bench serve`), with its bootstrap interval, and such requests completed per second of window.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+from runinfra_opt.load.runner import LevelRun
+from runinfra_opt.results import Interval
+from runinfra_opt.stats import bootstrap_interval, percentiles
+
+WARMUP_FRACTION = 0.1
+"""The share of a run's first sends treated as warm-up (their tokens inside the window still count)."""
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class MeasuredWindow(_Model):
+    """The part of one run the throughput figures are measured over (seconds after the level's start)."""
+
+    start_s: float
+    end_s: float
+    warmup_requests: int
+    """Sends before the window (warm-up); 0 when the whole run is measured."""
+    steady: bool
+    """False: the run was too short to exclude warm-up and drain, so its whole span is measured."""
+
+    @property
+    def seconds(self) -> float:
+        return self.end_s - self.start_s
+
+
+class LevelMetrics(_Model):
+    """One load level's serving figures (pooled over its runs)."""
+
+    level: str
+    description: str
+    runs: int
+    requests: int
+    succeeded: int
+    failed: int
+    windows: list[MeasuredWindow]
+    output_tokens_per_s: Interval | None
+    requests_per_s: float | None
+    ttft_s: dict[str, float]
+    tpot_s: dict[str, float]
+    itl_s: dict[str, float]
+    e2e_s: dict[str, float]
+    send_lag_s: dict[str, float]
+    late_requests: int
+    """Sends more than the runner's lateness threshold behind their planned time."""
+    peak_in_flight: int
+    slo_ttft_ms: float | None = None
+    slo_tpot_ms: float | None = None
+    goodput: Interval | None = None
+    """Share of the measured requests that succeeded within every SLO given (None: no SLO given)."""
+    goodput_requests_per_s: float | None = None
+    notes: list[str] = []
+
+
+def records_frame(run: LevelRun) -> Any:
+    """One row per request of a run (pandas DataFrame, in index order): planned/sent/done times, send lag,
+    success, status, error, TTFT, TPOT, e2e and token counts. Chunk times are left out."""
+    import pandas as pd
+
+    columns = [
+        "index", "request_id", "category", "planned_s", "sent_s", "send_lag_s", "done_s", "success", "status",
+        "error", "ttft_s", "tpot_s", "e2e_s", "output_tokens", "prompt_tokens",
+    ]  # fmt: skip
+    rows = [{name: getattr(record, name) for name in columns} for record in run.records]
+    frame = pd.DataFrame(rows, columns=columns)
+    return frame.sort_values("index", kind="stable").reset_index(drop=True)
+
+
+def measured_window(run: LevelRun, warmup_fraction: float = WARMUP_FRACTION) -> MeasuredWindow:
+    """The window of `run` that throughput is measured over (see the module's docstring)."""
+    import numpy as np
+
+    if not run.records:
+        return MeasuredWindow(start_s=0.0, end_s=0.0, warmup_requests=0, steady=False)
+    sent = np.sort(np.array([r.sent_s for r in run.records]))
+    last_done = max(r.done_s for r in run.records)
+    e2e = [r.e2e_s for r in run.records if r.success and r.e2e_s is not None]
+    warmup = int(len(sent) * warmup_fraction)
+    start, end = float(sent[warmup]), float(sent[-1])
+    too_short = len(sent) < 3 or end <= start or (bool(e2e) and end - start < float(np.median(e2e)))
+    if too_short:
+        return MeasuredWindow(start_s=float(sent[0]), end_s=last_done, warmup_requests=0, steady=False)
+    return MeasuredWindow(start_s=start, end_s=end, warmup_requests=warmup, steady=True)
+
+
+def _window_tokens(run: LevelRun, window: MeasuredWindow) -> Any:
+    """Per record (in `run.records` order): output tokens of a successful request that arrived inside the window."""
+    import numpy as np
+
+    counts = np.zeros(len(run.records))
+    for i, record in enumerate(run.records):
+        if not record.success or not record.chunk_s:
+            continue
+        times = np.frombuffer(record.chunk_s, dtype=float)
+        tokens = np.frombuffer(record.chunk_tokens, dtype=np.int64).astype(float)
+        streamed = tokens.sum()
+        if streamed > 0 and record.output_tokens and streamed != record.output_tokens:
+            tokens *= record.output_tokens / streamed  # chunks counted without log-probs: trust `usage`
+        counts[i] = tokens[(times >= window.start_s) & (times <= window.end_s)].sum()
+    return counts
+
+
+def level_metrics(
+    runs: Sequence[LevelRun],
+    *,
+    slo_ttft_ms: float | None = None,
+    slo_tpot_ms: float | None = None,
+    warmup_fraction: float = WARMUP_FRACTION,
+    seed: int = 0,
+) -> LevelMetrics:
+    """Metrics of one load level over its runs (repeats), from their raw records."""
+    import numpy as np
+
+    if not runs:
+        raise ValueError("level_metrics needs at least one run")
+    level = runs[0].level
+    if any(run.level != level for run in runs):
+        raise ValueError("level_metrics pools runs of one load level only")
+    windows = [measured_window(run, warmup_fraction) for run in runs]
+    tokens: list[float] = []
+    shares: list[float] = []
+    completed = good_completed = 0
+    ttft: list[float] = []
+    tpot: list[float] = []
+    itl: list[Any] = []  # numpy arrays of chunk gaps, one per measured request
+    e2e: list[float] = []
+    good_flags: list[float] = []
+    for run, window in zip(runs, windows, strict=True):
+        in_window = _window_tokens(run, window)
+        tokens.extend(in_window.tolist())
+        shares.extend([window.seconds / len(run.records)] * len(run.records) if run.records else [])
+        for record in run.records:
+            good = record.success and _meets(record.ttft_s, record.tpot_s, slo_ttft_ms, slo_tpot_ms)
+            if record.success and window.start_s <= record.done_s <= window.end_s:
+                completed += 1
+                good_completed += good
+            if window.steady and not window.start_s <= record.sent_s <= window.end_s:
+                continue
+            good_flags.append(float(good))
+            if not record.success:
+                continue
+            if record.ttft_s is not None:
+                ttft.append(record.ttft_s)
+            if record.tpot_s is not None:
+                tpot.append(record.tpot_s)
+            if record.e2e_s is not None:
+                e2e.append(record.e2e_s)
+            itl.append(np.diff(np.frombuffer(record.chunk_s, dtype=float)))
+    gaps: Any = np.concatenate(itl) if itl else []
+    seconds = sum(w.seconds for w in windows)
+    throughput = None
+    if seconds > 0 and tokens:
+        throughput = bootstrap_interval(_tokens_per_s, [tokens, shares], seed=seed)
+    has_slo = slo_ttft_ms is not None or slo_tpot_ms is not None
+    goodput = None
+    if has_slo and good_flags:
+        goodput = bootstrap_interval(np.mean, [good_flags], seed=seed)
+    records = [r for run in runs for r in run.records]
+    notes = [note for run in runs for note in run.notes]
+    if any(not w.steady for w in windows):
+        notes.append(
+            f"{level.name}: {sum(not w.steady for w in windows)} of {len(windows)} run(s) too short to exclude "
+            "warm-up and drain: measured from the first send to the last completion"
+        )
+    return LevelMetrics(
+        level=level.name,
+        description=level.describe(),
+        runs=len(runs),
+        requests=len(records),
+        succeeded=sum(r.success for r in records),
+        failed=sum(not r.success for r in records),
+        windows=windows,
+        output_tokens_per_s=throughput,
+        requests_per_s=completed / seconds if seconds > 0 else None,
+        ttft_s=percentiles(ttft),
+        tpot_s=percentiles(tpot),
+        itl_s=percentiles(gaps),
+        e2e_s=percentiles(e2e),
+        send_lag_s=percentiles([r.send_lag_s for r in records]),
+        late_requests=sum(run.late_requests for run in runs),
+        peak_in_flight=max(run.peak_in_flight for run in runs),
+        slo_ttft_ms=slo_ttft_ms,
+        slo_tpot_ms=slo_tpot_ms,
+        goodput=goodput,
+        goodput_requests_per_s=good_completed / seconds if has_slo and seconds > 0 else None,
+        notes=notes,
+    )
+
+
+def _rows(run: LevelRun, warmup_fraction: float) -> dict[int, tuple[float, float]]:
+    """Per request index: (its output tokens inside the run's window, its share of the window's length)."""
+    window = measured_window(run, warmup_fraction)
+    tokens = _window_tokens(run, window)
+    share = window.seconds / len(run.records) if run.records else 0.0
+    return {record.index: (float(count), share) for record, count in zip(run.records, tokens, strict=True)}
+
+
+def throughput_ratio(
+    runs: Sequence[LevelRun],
+    baseline: Sequence[LevelRun],
+    *,
+    warmup_fraction: float = WARMUP_FRACTION,
+    seed: int = 0,
+) -> Interval | None:
+    """Output tokens/s of `runs` over that of `baseline` at the same load level, over their measured windows, with
+    a 95% paired bootstrap interval: the i-th run is paired with the i-th baseline run (repeats timed side by
+    side) and requests by their position in the schedule. None when nothing pairs up."""
+    columns: list[list[float]] = [[], [], [], []]
+    for run, base in zip(runs, baseline, strict=False):
+        if run.level != base.level:
+            raise ValueError(f"throughput_ratio compares one load level: {run.level.name} vs {base.level.name}")
+        mine, theirs = _rows(run, warmup_fraction), _rows(base, warmup_fraction)
+        for index in sorted(mine.keys() & theirs.keys()):
+            for column, value in zip(columns, (*mine[index], *theirs[index]), strict=True):
+                column.append(value)
+    if not columns[0] or sum(columns[1]) <= 0 or sum(columns[2]) <= 0 or sum(columns[3]) <= 0:
+        return None
+    return bootstrap_interval(_ratio, columns, seed=seed)
+
+
+def _ratio(tokens: Any, shares: Any, base_tokens: Any, base_shares: Any, axis: int = -1) -> Any:
+    return _tokens_per_s(tokens, shares, axis) / _tokens_per_s(base_tokens, base_shares, axis)
+
+
+def _tokens_per_s(tokens: Any, shares: Any, axis: int = -1) -> Any:
+    return tokens.sum(axis=axis) / shares.sum(axis=axis)
+
+
+def _meets(ttft_s: float | None, tpot_s: float | None, slo_ttft_ms: float | None, slo_tpot_ms: float | None) -> bool:
+    if slo_ttft_ms is not None and (ttft_s is None or ttft_s * 1000 > slo_ttft_ms):
+        return False
+    return slo_tpot_ms is None or tpot_s is None or tpot_s * 1000 <= slo_tpot_ms

@@ -1,0 +1,257 @@
+"""Run one load level: send a schedule's requests on time through an async client and record what happened.
+
+The runner keeps the schedule: open-loop levels (replay, rate) send each request at its planned time whatever
+the server is doing (a slow server makes requests queue on the server, never delays the next send); a closed
+loop keeps N requests in flight. For every request it records the planned time, the moment the request's
+coroutine actually started (the send time) and the difference, the send lag: the client's own lateness.
+When the client falls behind (send lag p99 over `LATE_S`), the run says so in its notes, since then the load
+offered was lighter than planned and the measurement is the client's, not the server's.
+
+The client is anything that turns a request into a streamed result (`send`); the vLLM engine passes its
+`OpenAIClient.complete` (`runinfra_opt.engine.vllm.client`) with the request converted. An open-loop level
+needs a client whose connection pool does not cap the requests in flight (`OpenAIClient(max_connections=None)`):
+a capped pool would queue requests inside the client, after the send time recorded here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import time
+from array import array
+from collections.abc import Awaitable, Callable, Coroutine, Iterable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from runinfra_opt.load.schedule import Planned
+from runinfra_opt.load.spec import Concurrency, LoadLevel
+from runinfra_opt.workload.model import Request
+
+LATE_S = 0.010
+"""A send more than this behind its planned time counts as late; a run whose p99 send lag exceeds it is
+flagged (the target of `benchmarks/replay_fidelity.py`)."""
+
+
+class StreamedResult(Protocol):
+    """What the runner reads from a client's result (`runinfra_opt.engine.vllm.client.RequestResult`)."""
+
+    success: bool
+    status: int | None
+    error: str | None
+    ttft_s: float | None
+    itl_s: list[float]
+    chunk_tokens: list[int]
+    e2e_s: float | None
+    output_tokens: int | None
+    prompt_tokens: int | None
+
+
+Send = Callable[[Request], Awaitable[StreamedResult]]
+_One = Callable[[Planned, float], Coroutine[Any, Any, float]]
+
+
+@dataclass(slots=True)
+class LoadRecord:
+    """One request under one load level. Times are seconds after the level's start (`time.perf_counter`)."""
+
+    index: int
+    request_id: str
+    category: str
+    planned_s: float
+    """When it was due: its scheduled time (open loop) or when a slot freed (closed loop)."""
+    sent_s: float
+    done_s: float
+    success: bool
+    status: int | None = None
+    error: str | None = None
+    ttft_s: float | None = None
+    e2e_s: float | None = None
+    output_tokens: int = 0
+    prompt_tokens: int | None = None
+    chunk_s: array[float] = field(default_factory=lambda: array("d"))
+    """Arrival time of each streamed chunk that carried output (after the level's start)."""
+    chunk_tokens: array[int] = field(default_factory=lambda: array("q"))
+    """Tokens in each of those chunks (speculation may deliver several at once)."""
+
+    @property
+    def send_lag_s(self) -> float:
+        return self.sent_s - self.planned_s
+
+    @property
+    def tpot_s(self) -> float | None:
+        """(e2e - TTFT) / (output tokens - 1), as `vllm bench serve` counts it; None below two tokens."""
+        if not self.success or self.e2e_s is None or self.ttft_s is None or self.output_tokens < 2:
+            return None
+        return (self.e2e_s - self.ttft_s) / (self.output_tokens - 1)
+
+    @property
+    def itl_s(self) -> list[float]:
+        """Gaps between successive output chunks."""
+        times = self.chunk_s
+        return [b - a for a, b in zip(times, times[1:], strict=False)]
+
+
+@dataclass
+class LevelRun:
+    """One level's raw records (in completion order) and how the run went."""
+
+    level: LoadLevel
+    records: list[LoadRecord]
+    started_at: float
+    """Wall-clock time (epoch seconds) of the level's start."""
+    duration_s: float
+    """Level start to the last completion."""
+    peak_in_flight: int
+    late_s: float = LATE_S
+    notes: list[str] = field(default_factory=list)
+
+    def send_lags(self) -> list[float]:
+        return [r.send_lag_s for r in self.records]
+
+    @property
+    def late_requests(self) -> int:
+        return sum(1 for lag in self.send_lags() if lag > self.late_s)
+
+
+def _record(planned: Planned, due: float, sent: float, done: float, result: StreamedResult) -> LoadRecord:
+    request = planned.request
+    record = LoadRecord(
+        index=planned.index,
+        request_id=request.id,
+        category=request.category,
+        planned_s=due,
+        sent_s=sent,
+        done_s=done,
+        success=bool(result.success),
+        status=result.status,
+        error=result.error,
+        ttft_s=result.ttft_s,
+        e2e_s=result.e2e_s,
+        prompt_tokens=result.prompt_tokens,
+    )
+    chunks = list(result.chunk_tokens)
+    streamed = sum(chunks)
+    record.output_tokens = int(result.output_tokens) if result.output_tokens is not None else streamed
+    if result.ttft_s is not None and len(result.itl_s) + 1 == len(chunks):
+        at = sent + result.ttft_s
+        record.chunk_s.append(at)
+        for gap in result.itl_s:
+            at += gap
+            record.chunk_s.append(at)
+        record.chunk_tokens.extend(chunks)
+    elif record.output_tokens:  # no per-chunk timing: every token counts at completion
+        record.chunk_s.append(done)
+        record.chunk_tokens.append(record.output_tokens)
+    return record
+
+
+async def run_level(
+    level: LoadLevel,
+    schedule: Iterable[Planned],
+    send: Send,
+    *,
+    on_result: Callable[[LoadRecord, StreamedResult], None] | None = None,
+    late_s: float = LATE_S,
+) -> LevelRun:
+    """Send the schedule's requests through `send` under `level` and record each one. `on_result` sees every
+    record with the client's full result (output ids for a losslessness check, say) as it completes; only the
+    compact `LoadRecord` is kept. An exception from `send` ends the level (a client returns failures as data)."""
+    items = iter(schedule)
+    first = next(items, None)  # opening the schedule (a file, the random generator) is not the client's lateness
+    if first is not None:
+        items = itertools.chain([first], items)
+    start = time.perf_counter()
+    started_at = time.time()
+    records: list[LoadRecord] = []
+    in_flight = 0
+    peak = 0
+
+    async def one(planned: Planned, due: float) -> float:
+        """Send one request; return when it completed (seconds after the start)."""
+        nonlocal in_flight, peak
+        sent = time.perf_counter() - start
+        in_flight += 1
+        peak = max(peak, in_flight)
+        try:
+            result = await send(planned.request)
+        finally:
+            in_flight -= 1
+        done = time.perf_counter() - start
+        record = _record(planned, due, sent, done, result)
+        records.append(record)
+        if on_result is not None:
+            on_result(record, result)
+        return done
+
+    if isinstance(level, Concurrency):
+        await _closed_loop(level.concurrency, items, one, start)
+    else:
+        await _open_loop(items, one, start)
+    run = LevelRun(level, records, started_at, time.perf_counter() - start, peak, late_s)
+    run.notes.extend(lateness_notes(run))
+    return run
+
+
+async def _open_loop(schedule: Iterable[Planned], one: _One, start: float) -> None:
+    pending: set[asyncio.Task[float]] = set()
+    failures: list[BaseException] = []
+
+    def finished(task: asyncio.Task[float]) -> None:
+        pending.discard(task)
+        error = None if task.cancelled() else task.exception()
+        if error is not None:
+            failures.append(error)
+
+    try:
+        for planned in schedule:
+            if planned.at_s is None:
+                raise ValueError("an open-loop level needs planned times (a closed-loop schedule was given)")
+            delay = start + planned.at_s - time.perf_counter()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            if failures:
+                raise failures[0]
+            task = asyncio.create_task(one(planned, planned.at_s))
+            pending.add(task)
+            task.add_done_callback(finished)
+        while pending:
+            await asyncio.wait(set(pending))
+        if failures:
+            raise failures[0]
+    finally:
+        for task in list(pending):
+            task.cancel()
+
+
+async def _closed_loop(concurrency: int, schedule: Iterable[Planned], one: _One, start: float) -> None:
+    items = iter(schedule)  # shared by the workers: one event loop, so `next` needs no lock
+
+    async def worker() -> None:
+        free = time.perf_counter() - start
+        for planned in items:
+            free = await one(planned, free)  # the next request is due when this one completed
+
+    workers = [asyncio.create_task(worker()) for _ in range(concurrency)]
+    try:
+        await asyncio.gather(*workers)
+    finally:  # on an error (or cancellation) no worker may go on sending
+        for task in workers:
+            task.cancel()
+
+
+def lateness_notes(run: LevelRun) -> list[str]:
+    """A warning when the client, not the server, was late: its send lag p99 over `run.late_s`."""
+    lags = run.send_lags()
+    if not lags:
+        return []
+    from runinfra_opt.stats import percentiles
+
+    lag = percentiles(lags, (50, 99))
+    if lag["p99"] <= run.late_s:
+        return []
+    what = "the load offered was lighter than planned" if run.level.open_loop else "requests waited on the client"
+    return [
+        f"{run.level.name}: the client fell behind its schedule (send lag p50 {lag['p50'] * 1000:.1f} ms, "
+        f"p99 {lag['p99'] * 1000:.1f} ms; {run.late_requests} of {len(lags)} requests more than "
+        f"{run.late_s * 1000:g} ms late): {what}, so these figures bound the client, not the server"
+    ]

@@ -1,0 +1,245 @@
+"""vLLM's n-gram speculation (method `vllm_ngram`): its proposal rule, a simulation of one greedy request, and
+the method as the registry sees it. Variants: `vllm_ngram-m<prompt_lookup_min>-n<prompt_lookup_max>-k<k>`.
+It runs on the vLLM engine only (transformers' prompt lookup is method `ngram`, a different matching rule).
+
+The rule (`vllm/v1/spec_decode/ngram_proposer.py`, `_find_longest_matched_ngram_and_propose_tokens`, vLLM
+0.32): in the context (prompt + output so far), find the longest n-gram with n in [prompt_lookup_min,
+prompt_lookup_max] that ends the context and also occurs earlier (an occurrence ending before the last
+token); among occurrences of that length take the earliest; propose up to k tokens that follow it, cut at
+the end of the context and so that the context never exceeds max_model_len. vLLM finds it with a reversed
+KMP scan; this is the direct search, which returns the same tokens (tests compare the two on random
+sequences in vLLM's own environment).
+
+The simulation replays vLLM's schedule for one request at batch 1: the prefill pass yields the first output
+token; every later pass verifies the proposal made from the context so far (empty proposals included) and
+yields the accepted tokens plus one. vLLM proposes regardless of the request's remaining `max_tokens`, so on
+the request's last pass tokens past the known output may also be accepted: the simulation counts only
+those inside it, and says so (`last_pass_lower_bound`).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from runinfra_opt.errors import UserInputError
+from runinfra_opt.methods.base import (
+    MethodOptions,
+    SimInput,
+    SpaceSpec,
+    SpecMethod,
+    require_lookahead,
+    vllm_speculative,
+)
+from runinfra_opt.methods.simulation import SimResult
+from runinfra_opt.methods.variant import Variant
+
+VLLM_NGRAM_LOOKAHEADS = (2, 4, 8)
+VLLM_NGRAM_WINDOWS = ((1, 3), (2, 4))
+"""(prompt_lookup_min, prompt_lookup_max) pairs of the default space: vLLM's own example window and a stricter
+one (a 1-token match proposes often and wrongly on prose). 6 variants: on vLLM each is one server launch
+(~2 minutes on 2 CPU cores), so the default space is kept small."""
+
+
+def propose(
+    context: Sequence[int], *, k: int, prompt_lookup_min: int, prompt_lookup_max: int, max_model_len: int
+) -> list[int]:
+    """vLLM's n-gram proposal for this context (possibly empty)."""
+    total = len(context)
+    if total < prompt_lookup_min:
+        return []
+    k = min(k, max_model_len - total)
+    if k <= 0:
+        return []
+    for n in range(min(prompt_lookup_max, total - 1), prompt_lookup_min - 1, -1):
+        if n <= 0:
+            break
+        suffix = list(context[total - n :])
+        # occurrences [j, j+n) that end before the last token: j + n <= total - 1
+        for j in range(0, total - n):
+            if list(context[j : j + n]) == suffix:
+                start = j + n
+                return list(context[start : min(start + k, total)])
+    return []
+
+
+@dataclass
+class NgramSimulation:
+    """What vLLM would count for one greedy request with n-gram speculation at batch 1."""
+
+    target_passes: int = 0
+    """Forward passes of the target, the prefill included."""
+    drafts: int = 0
+    """Passes that verified a non-empty proposal (`vllm:spec_decode_num_drafts_total`)."""
+    draft_tokens: int = 0
+    accepted_tokens: int = 0
+    accepted_per_pass: list[int] = field(default_factory=list)
+    """Accepted tokens of every decoding pass (0 for a pass with an empty proposal)."""
+    proposed_per_pass: list[int] = field(default_factory=list)
+    accepted_per_position: list[int] = field(default_factory=list)
+    """Accepted draft tokens by position in the proposal (`..._per_pos_total{position=i}`)."""
+    last_pass_lower_bound: bool = False
+    """True when the last pass's proposal ran past the known output: its acceptance may be higher."""
+
+
+def simulate(
+    prompt_ids: Sequence[int],
+    output_ids: Sequence[int],
+    *,
+    k: int,
+    prompt_lookup_min: int,
+    prompt_lookup_max: int,
+    max_model_len: int,
+) -> NgramSimulation:
+    """Replay vLLM's n-gram speculation over the target's greedy output for one request."""
+    if k < 1:
+        raise ValueError("k (num_speculative_tokens) must be >= 1")
+    if not 1 <= prompt_lookup_min <= prompt_lookup_max:
+        raise ValueError("need 1 <= prompt_lookup_min <= prompt_lookup_max")
+    sim = NgramSimulation(accepted_per_position=[0] * k)
+    produced = len(output_ids)
+    if produced == 0:
+        return sim
+    sim.target_passes = 1  # prefill: yields output_ids[0]
+    done = 1
+    context = list(prompt_ids) + [output_ids[0]]
+    while done < produced:
+        proposal = propose(
+            context,
+            k=k,
+            prompt_lookup_min=prompt_lookup_min,
+            prompt_lookup_max=prompt_lookup_max,
+            max_model_len=max_model_len,
+        )
+        accepted = 0
+        while (
+            accepted < len(proposal)
+            and done + accepted < produced
+            and proposal[accepted] == output_ids[done + accepted]
+        ):
+            accepted += 1
+        sim.target_passes += 1
+        sim.proposed_per_pass.append(len(proposal))
+        sim.accepted_per_pass.append(accepted)
+        if proposal:
+            sim.drafts += 1
+            sim.draft_tokens += len(proposal)
+            sim.accepted_tokens += accepted
+            for position in range(accepted):
+                sim.accepted_per_position[position] += 1
+        step = min(accepted + 1, produced - done)
+        if done + accepted >= produced and accepted < len(proposal):
+            sim.last_pass_lower_bound = True
+        context.extend(output_ids[done : done + step])
+        done += step
+    return sim
+
+
+class VllmNgram(SpecMethod):
+    name = "vllm_ngram"
+    rank = 1
+    name_format = "vllm_ngram-m{min}-n{ngram_max}-k{lookahead}"
+    default_engines: ClassVar[frozenset[str]] = frozenset({"vllm"})
+    _NAME = re.compile(r"vllm_ngram-m(?P<min>\d+)-n(?P<max>\d+)-k(?P<k>\d+)")
+
+    @staticmethod
+    def window(variant: Variant) -> tuple[int, int]:
+        """(prompt_lookup_min, prompt_lookup_max)."""
+        low = variant.option("min", 1)
+        assert isinstance(low, int)
+        assert variant.ngram_max is not None
+        return low, variant.ngram_max
+
+    def validate(self, variant: Variant) -> None:
+        super().validate(variant)
+        low = variant.option("min", 1)
+        if variant.ngram_max is None or not isinstance(low, int) or not 1 <= low <= variant.ngram_max:
+            raise UserInputError(
+                f"method vllm_ngram needs 1 <= prompt_lookup_min <= prompt_lookup_max, got {low} and "
+                f"{variant.ngram_max} (--ngram-min / --ngram-max)"
+            )
+
+    def variant_name(self, variant: Variant) -> str:
+        low, high = self.window(variant)
+        return f"vllm_ngram-m{low}-n{high}-k{variant.lookahead}"
+
+    def parse_name(self, name: str, drafts: dict[str, str]) -> Variant | None:
+        m = self._NAME.fullmatch(name)
+        if m is None:
+            return None
+        return make(int(m["k"]), int(m["min"]), int(m["max"]))
+
+    def name_pattern(self) -> str:
+        return "vllm_ngram-m<MIN>-n<MAX>-k<K>"
+
+    def from_options(self, options: MethodOptions) -> Variant:
+        lookahead = require_lookahead(self.name, options)
+        if options.draft is not None:
+            raise UserInputError("--draft is only used with --method draft")
+        low = options.ngram_min
+        if not 1 <= low <= options.ngram_max:
+            raise UserInputError(f"--ngram-min {low}: must be between 1 and --ngram-max ({options.ngram_max})")
+        return make(lookahead, low, options.ngram_max)
+
+    def family(self, variant: Variant) -> str:
+        low, high = self.window(variant)
+        return f"vllm_ngram (match {low}-{high})"
+
+    def space(self, spec: SpaceSpec) -> list[Variant]:
+        windows = [(1, n) for n in spec.ngram_max] if spec.ngram_max else list(VLLM_NGRAM_WINDOWS)
+        return [make(k, low, high) for low, high in windows for k in spec.lookaheads or VLLM_NGRAM_LOOKAHEADS]
+
+    def simulate(self, variant: Variant, sim: SimInput) -> SimResult:
+        low, high = self.window(variant)
+        run = simulate(
+            sim.prompt_ids,
+            sim.output_ids,
+            k=variant.lookahead,
+            prompt_lookup_min=low,
+            prompt_lookup_max=high,
+            max_model_len=sim.max_length,
+        )
+        return SimResult(
+            target_passes=run.target_passes,
+            draft_passes=0,
+            drafted=run.draft_tokens,
+            accepted_per_pass=[0, *run.accepted_per_pass] if run.target_passes else [],
+            chunks=[1, *(p + 1 for p in run.proposed_per_pass)] if run.target_passes else [],
+            output_tokens=len(sim.output_ids),
+        )
+
+    def manifest_fields(self, variant: Variant) -> dict[str, Any]:
+        return {"ngramMax": variant.ngram_max}  # prompt_lookup_min is in `options` ("min")
+
+    def serving_vllm(self, variant: Variant, draft_path: str | None) -> dict[str, Any]:
+        low, high = self.window(variant)
+        config = {
+            "method": "ngram",
+            "num_speculative_tokens": variant.lookahead,
+            "prompt_lookup_min": low,
+            "prompt_lookup_max": high,
+        }
+        return vllm_speculative(config, "vLLM's n-gram proposer, exactly as measured on vLLM.")
+
+    def serving_transformers(self, variant: Variant, draft_path: str | None) -> dict[str, Any]:
+        return {
+            "generateKwargs": {"do_sample": False},
+            "assistantGenerationConfig": None,
+            "appliesTo": None,
+            "note": (
+                "Not supported: vLLM's n-gram rule has no transformers equivalent (transformers' prompt lookup is "
+                "method ngram, a different matching rule); serve this on vLLM."
+            ),
+        }
+
+    def serving_sglang(self, variant: Variant, draft_path: str | None) -> dict[str, Any]:
+        return {"supported": False, "args": [], "note": "Measured on vLLM's n-gram rule; SGLang's NGRAM differs."}
+
+
+def make(lookahead: int, low: int, high: int) -> Variant:
+    return Variant("vllm_ngram", lookahead=lookahead, ngram_max=high, options=(("min", low),))
+
+
+METHOD = VllmNgram()

@@ -1,0 +1,269 @@
+"""The vLLM engine through the real CLI (`optimize --engine vllm`, `bench --engine vllm`), against a stand-in
+server (tests/fake_vllm: vLLM's module path and arguments, streamed completions with token-id log-probs,
+spec-decode counters, and fault modes) so that launches take a second, not two minutes. The same paths on
+real vLLM servers: tests/test_vllm_e2e.py."""
+
+from __future__ import annotations
+
+import json
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+from runinfra_opt.cli.app import app
+from runinfra_opt.methods import get_method, parse_variant_name
+from runinfra_opt.methods.base import SimInput
+from runinfra_opt.methods.vllm_ngram import make
+from runinfra_opt.results import load_results
+
+FAKE_VLLM = Path(__file__).parent / "fake_vllm"
+PROMPTS = [
+    "copy copy copy this line: alpha beta gamma",
+    "the quick brown fox jumps over the lazy dog",
+    "one two three four five six",
+]
+
+
+@pytest.fixture
+def fake_vllm(monkeypatch: pytest.MonkeyPatch) -> str:
+    monkeypatch.setenv("PYTHONPATH", str(FAKE_VLLM))
+    monkeypatch.delenv("FAKE_VLLM_MODE", raising=False)
+    monkeypatch.delenv("FAKE_VLLM_SPEC", raising=False)
+    return sys.executable
+
+
+@pytest.fixture
+def workload(tmp_path: Path) -> Path:
+    path = tmp_path / "w.jsonl"
+    rows = [{"id": f"r{i}", "category": "copy" if i else "chat", "prompt": p} for i, p in enumerate(PROMPTS)]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def _optimize(
+    runner: CliRunner, python: str, target: Path, workload: Path, tmp_path: Path, *extra: str, lookahead: str = "2,4"
+) -> tuple[Any, Path]:
+    run_dir = tmp_path / "run"
+    args = ["optimize", "--engine", "vllm", "--vllm-python", python, "--target", str(target)]
+    args += ["--workload", str(workload), "--lookahead", lookahead, "--ngram-max", "3"]
+    if "--methods" not in extra:
+        args += ["--methods", "vllm_ngram"]
+    args += ["--max-tokens", "12", "--repeats", "2", "--run-dir", str(run_dir), "--out", str(tmp_path / "m.yaml")]
+    result = runner.invoke(app, [*args, "--json", *extra], catch_exceptions=False)
+    return result, run_dir
+
+
+def _launched_args(log: Path) -> list[str]:
+    """The serving arguments on the command line the log records (its first line)."""
+    first = log.read_text().splitlines()[0]
+    words = shlex.split(first.removeprefix("$ "))
+    return words[words.index("vllm.entrypoints.openai.api_server") + 1 : words.index("--host")]
+
+
+def _no_server_left(marker: str) -> bool:
+    ps = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True, check=True).stdout
+    return not [line for line in ps.splitlines() if "api_server" in line and marker in line]
+
+
+def test_optimize_times_each_variant_on_its_own_server(
+    runner: CliRunner, fake_vllm: str, tiny_models: tuple[Path, Path], workload: Path, tmp_path: Path
+) -> None:
+    result, run_dir = _optimize(runner, fake_vllm, tiny_models[0], workload, tmp_path)
+    assert result.exit_code == 0, result.output
+    results = load_results(run_dir / "results.json")
+    assert results.status == "complete"
+    assert {"cost", "profile", "predict"} <= set(results.phases_skipped)
+    names = [v.name for v in results.variants]
+    assert names == ["baseline", "vllm_ngram-m1-n3-k2", "vllm_ngram-m1-n3-k4"]
+    # one launch per variant, in order, baseline first (its server serves the baseline pass and its repeats)
+    assert [launch["variant"] for launch in results.launches] == names
+    for launch in results.launches:
+        assert launch["error"] is None
+        assert launch["startup_s"] > 0
+        log = Path(launch["log"])
+        assert log.is_file()
+        assert log.parent == run_dir / "servers"
+        assert "VLLM_API_KEY=<redacted>" in log.read_text()
+    for vr in results.variants:
+        assert vr.confirmed
+        assert len(vr.measured_requests) == len(PROMPTS) * 2
+        for r in vr.measured_requests:
+            assert r.output_tokens == 12
+            assert r.top_margins is not None
+            assert len(r.top_margins) == 12
+            if vr.name != "baseline":
+                assert r.lossless is True
+                assert r.drafted_tokens > 0
+                assert 0 < r.accepted_tokens <= r.drafted_tokens
+    # the stand-in streams speculative steps faster: speculation wins, and the manifest carries exactly the
+    # arguments its server was launched with
+    assert results.decision is not None
+    winner = results.decision.winner
+    assert winner.startswith("vllm_ngram")
+    import yaml
+
+    manifest = yaml.safe_load((tmp_path / "m.yaml").read_text())
+    launched = _launched_args(Path(next(x["log"] for x in results.launches if x["variant"] == winner)))
+    spec = json.loads(launched[launched.index("--speculative-config") + 1])
+    assert manifest["serving"]["vllm"]["speculativeConfig"] == spec
+    assert spec == {"method": "ngram", "num_speculative_tokens": int(winner[-1]), "prompt_lookup_min": 1,
+                    "prompt_lookup_max": 3}  # fmt: skip
+    # no key anywhere in what the run wrote, nothing left running
+    for path in [run_dir / "results.json", tmp_path / "m.yaml"]:
+        assert "Bearer" not in path.read_text()
+    assert _no_server_left(str(tiny_models[0]))
+
+
+def test_a_variant_whose_server_fails_is_reported_and_the_run_goes_on(
+    runner: CliRunner,
+    fake_vllm: str,
+    tiny_models: tuple[Path, Path],
+    workload: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("FAKE_VLLM_SPEC", "reject")  # every speculative server refuses its config at start-up
+    result, run_dir = _optimize(runner, fake_vllm, tiny_models[0], workload, tmp_path)
+    assert result.exit_code == 0, result.output
+    results = load_results(run_dir / "results.json")
+    assert results.decision is not None
+    assert results.decision.winner == "baseline"
+    failed = {v.name: v.failed for v in results.variants if v.failed}
+    assert set(failed) == {"vllm_ngram-m1-n3-k2", "vllm_ngram-m1-n3-k4"}
+    assert all("exited during start-up" in reason for reason in failed.values())
+    notes = " ".join(n.text for n in results.notes)
+    assert "speculative config rejected" not in notes or "vllm_ngram-m1-n3-k2 failed" in notes
+    assert "vllm_ngram-m1-n3-k2 failed" in notes
+    assert len(results.variant("baseline").measured_requests) == len(PROMPTS) * 2  # type: ignore[union-attr]
+    assert _no_server_left(str(tiny_models[0]))
+
+
+def test_a_server_that_dies_mid_run_fails_its_variant_only(
+    runner: CliRunner,
+    fake_vllm: str,
+    tiny_models: tuple[Path, Path],
+    workload: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("FAKE_VLLM_SPEC", "die_after:4")  # warm-up (2) + 2 requests, then the server exits
+    result, run_dir = _optimize(runner, fake_vllm, tiny_models[0], workload, tmp_path, lookahead="4")
+    assert result.exit_code == 0, result.output
+    results = load_results(run_dir / "results.json")
+    dead = results.variant("vllm_ngram-m1-n3-k4")
+    assert dead is not None
+    assert dead.failed is not None
+    assert "died" in dead.failed or "failed" in dead.failed
+    assert results.decision is not None
+    assert results.decision.winner == "baseline"
+    assert _no_server_left(str(tiny_models[0]))
+
+
+@pytest.mark.parametrize(("position", "near_tie"), [(3, True), (5, False)])
+def test_divergence_at_a_near_tie_is_reported_at_a_confident_position_disqualifies(
+    runner: CliRunner,
+    fake_vllm: str,
+    tiny_models: tuple[Path, Path],
+    workload: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    position: int,
+    near_tie: bool,
+) -> None:
+    monkeypatch.setenv("FAKE_VLLM_SPEC", f"diverge:{position}")  # the stand-in's margin is 0.01 at position 3
+    result, run_dir = _optimize(runner, fake_vllm, tiny_models[0], workload, tmp_path, lookahead="4")
+    assert result.exit_code == 0, result.output
+    results = load_results(run_dir / "results.json")
+    variant = results.variant("vllm_ngram-m1-n3-k4")
+    assert variant is not None
+    records = variant.measured_requests
+    assert all(r.lossless is False and r.first_mismatch == position for r in records)
+    assert all(r.near_tie is near_tie for r in records)
+    notes = " ".join(n.text for n in results.notes)
+    assert results.decision is not None
+    if near_tie:
+        assert variant.disqualified is None
+        assert "numerical near-tie" in notes
+        assert results.decision.winner == "vllm_ngram-m1-n3-k4"
+    else:
+        assert variant.disqualified is not None
+        assert results.decision.winner == "baseline"
+    # --tie-tolerance 0: only exact ties count, so the near-tie disqualifies too
+    if near_tie:
+        result, run_dir = _optimize(
+            runner, fake_vllm, tiny_models[0], workload, tmp_path / "strict", "--tie-tolerance", "0", lookahead="4"
+        )
+        assert result.exit_code == 0, result.output
+        strict = load_results(run_dir / "results.json").variant("vllm_ngram-m1-n3-k4")
+        assert strict is not None
+        assert strict.disqualified is not None
+
+
+def test_bench_on_the_vllm_engine(
+    runner: CliRunner, fake_vllm: str, tiny_models: tuple[Path, Path], workload: Path
+) -> None:
+    args = ["bench", "--engine", "vllm", "--vllm-python", fake_vllm, "--target", str(tiny_models[0])]
+    args += ["--workload", str(workload), "--method", "vllm_ngram", "--lookahead", "3", "--ngram-min", "2"]
+    args += ["--ngram-max", "4", "--vs-baseline", "--max-tokens", "10", "--json"]
+    result = runner.invoke(app, args, catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert data["variant"] == "vllm_ngram-m2-n4-k3"
+    assert data["lossless"] is True
+    assert data["environment"]["engine"] == "vllm"
+    assert data["speedup"]["value"] > 1.0
+    assert _no_server_left(str(tiny_models[0]))
+
+
+def test_bad_combinations_are_one_line_errors(
+    runner: CliRunner, fake_vllm: str, tiny_models: tuple[Path, Path], workload: Path, tmp_path: Path
+) -> None:
+    base = ["optimize", "--target", str(tiny_models[0]), "--workload", str(workload), "--runs-dir", str(tmp_path)]
+    result = runner.invoke(app, [*base, "--vllm-python", fake_vllm])
+    assert result.exit_code == 2
+    assert "--vllm-python needs --engine vllm" in result.output
+    result = runner.invoke(app, [*base, "--engine", "vllm", "--vllm-python", fake_vllm, "--threads", "2"])
+    assert result.exit_code == 2
+    assert "--threads is not used by the vllm engine" in result.output
+    result = runner.invoke(app, [*base, "--engine", "vllm", "--vllm-python", str(tmp_path / "nope")])
+    assert result.exit_code == 5
+    assert "no such file" in result.output
+    result = runner.invoke(app, [*base, "--tie-tolerance", "-1"])
+    assert result.exit_code == 2
+    # early exit has no vLLM equivalent: left out, with the reason, and the run goes on with the others
+    result, run_dir = _optimize(
+        runner, fake_vllm, tiny_models[0], workload, tmp_path, "--methods", "early_exit,vllm_ngram", lookahead="4"
+    )
+    assert result.exit_code == 0, result.output
+    results = load_results(run_dir / "results.json")
+    assert [v.name for v in results.variants] == ["baseline", "vllm_ngram-m1-n3-k4"]
+    notes = " ".join(n.text for n in results.notes)
+    assert "the vllm engine cannot run it (vLLM has no early-exit" in notes
+
+
+def test_vllm_ngram_names_space_and_simulation() -> None:
+    variant = make(4, 2, 3)
+    assert variant.name == "vllm_ngram-m2-n3-k4"
+    assert parse_variant_name(variant.name) == variant
+    method = get_method("vllm_ngram")
+    with pytest.raises(Exception, match="prompt_lookup_min <= prompt_lookup_max"):
+        make(4, 3, 2)
+    from runinfra_opt.methods.base import SpaceSpec
+
+    space = method.space(SpaceSpec(num_layers=4))
+    assert [v.name for v in space][:3] == ["vllm_ngram-m1-n3-k2", "vllm_ngram-m1-n3-k4", "vllm_ngram-m1-n3-k8"]
+    assert len(space) == 6
+    # vLLM's rule replayed: a prompt that the output copies is proposed from, k tokens a pass
+    prompt = [5, 6, 7, 8, 9, 5, 6]
+    output = [7, 8, 9, 5, 6, 7, 8]
+    sim = method.simulate(make(3, 1, 3), SimInput(prompt, output, eos_token_ids=(), max_length=64))
+    assert sim is not None
+    assert sim.output_tokens == len(output)
+    assert sim.target_passes < len(output)  # accepted drafts: fewer passes than tokens
+    # every pass yields its accepted tokens + one of its own, except a last pass cut at the output's end
+    assert len(output) <= sim.accepted + sim.target_passes <= len(output) + 1
