@@ -1,8 +1,9 @@
 """Phase `extend`: with `--repeats auto` (the default), confirm until the answer is clear.
 
 Reads the confirmed variants' measured records, `results.plan`, the baseline pass and `config`'s priority and
-`--min-speedup`. Runs after `confirm` on the local executor; an explicit `--repeats N` skips it (today's fixed
-repeats).
+`--min-speedup`. Runs after `confirm`; an explicit `--repeats N` skips it (today's fixed repeats). Repeats are
+added only on the local executor with an engine that interleaves variants (the transformers engine); elsewhere
+(`--executor ray`, the vLLM engine's server per variant) the certainty is recorded with why none was added.
 
 1. **Drift.** The baseline's tokens/s in the baseline pass and in every confirmation repeat should agree; when
    their relative median absolute deviation exceeds `SPREAD_LIMIT` (10%, the rejection limit issue 17 names after
@@ -29,7 +30,7 @@ from collections.abc import Sequence
 from runinfra_opt import stats
 from runinfra_opt.methods import BASELINE, Variant
 from runinfra_opt.optimize.state import WARMUP_TOKENS, RunState
-from runinfra_opt.records import RequestRecord, compare_to_baseline
+from runinfra_opt.records import RequestRecord, compare_to_baseline, disqualifying
 from runinfra_opt.results import AddedRepeat, Certainty, Interval, VariantResult
 
 SPREAD_LIMIT = 0.10
@@ -40,14 +41,31 @@ EQUIVALENT = 0.02
 enough (the tie rule then picks the simpler one)."""
 
 
+def _why_no_repeats(state: RunState) -> str | None:
+    """Why this run cannot add repeats (None: it can)."""
+    assert state.engine is not None
+    if state.config.executor != "local":
+        return f"under --executor {state.config.executor} each trial times its own baseline repeats on its node"
+    if not getattr(state.engine, "interleaves", True):
+        return (
+            f"the {state.engine.name} engine times variant by variant (a server each), so a repeat could not be "
+            "interleaved"
+        )
+    return None
+
+
 def run(state: RunState) -> None:
     config, results = state.config, state.results
     if config.repeats is not None:
         return  # an explicit --repeats N: the planned repeats only
-    if config.executor != "local":
-        results.add_note("--repeats auto adds no repeats under --executor ray (each trial times its own repeats)")
-        return
     if not state.variant_result(BASELINE).measured_requests:
+        return
+    why_not = _why_no_repeats(state)
+    if why_not is not None:
+        certainty, _ = assess(state)
+        certainty.summary += f" No repeats added: {why_not}."
+        results.certainty = certainty
+        state.save()
         return
     warmed: set[str] = set()
     _fill(state, warmed)
@@ -130,7 +148,7 @@ def _fill(state: RunState, warmed: set[str]) -> None:
         for variant in batch:
             record = engine.generate(request, variant, max_tokens=state.max_tokens, repeat=repeat)
             if request.id in reference:
-                compare_to_baseline(record, reference[request.id])
+                compare_to_baseline(record, reference[request.id], tie_tolerance=state.config.tie_tolerance)
             state.variant_result(variant).measured_requests.append(record)
             state.reporter.advance(f"{request.id} {variant.name} (repeat {repeat + 1})")
         state.save()
@@ -183,7 +201,8 @@ def _check_drift(state: RunState, warmed: set[str]) -> None:
 
 
 def _lossless(vr: VariantResult) -> bool:
-    return not any(r.greedy and r.lossless is False for r in vr.measured_requests)
+    """Not failed, and no greedy output that differs from the baseline's at a confident position."""
+    return not vr.failed and not any(r.greedy and disqualifying(r) for r in vr.measured_requests)
 
 
 def _straddles(interval: Interval | None, threshold: float) -> bool:
@@ -281,6 +300,6 @@ def _refresh(state: RunState) -> None:
         others = baseline_rows if variant.is_speculative else None
         vr.measured = stats.summarize_with_intervals(vr.measured_requests, others)
         vr.per_category = stats.summarize_by_category(vr.measured_requests, others)
-        mismatched = sorted({r.request_id for r in vr.measured_requests if r.lossless is False})
+        mismatched = sorted({r.request_id for r in vr.measured_requests if disqualifying(r)})
         if mismatched and variant.is_speculative:
             vr.disqualified = f"greedy output differs from the baseline's on request(s) {', '.join(mismatched)}"
