@@ -287,3 +287,20 @@ def test_reports_say_how_sure_the_decision_is() -> None:
     assert "How sure:" not in render_markdown(results)
     results.certainty = Certainty(clear=False, summary="unclear: x vs the baseline straddles the 1.05 threshold.")
     assert "How sure: unclear: x vs the baseline straddles the 1.05 threshold." in render_markdown(results)
+
+
+def test_an_engine_that_cannot_interleave_gets_the_certainty_without_added_repeats(tmp_path: Path) -> None:
+    class ServerPerVariant:
+        name = "fake"
+        interleaves = False
+
+        def generate(self, *args: object, **kwargs: object) -> RequestRecord:
+            raise AssertionError("no repeat may be added")
+
+    state = _state(tmp_path, leader=[4.3, 5.2], runner=[6.0, 6.1])  # unclear: repeats would be added if possible
+    state.engine = ServerPerVariant()  # type: ignore[assignment]
+    extend.run(state)
+    assert state.results.certainty is not None
+    assert not state.results.certainty.clear
+    assert "No repeats added: the fake engine times variant by variant" in state.results.certainty.summary
+    assert state.plan.added == []
