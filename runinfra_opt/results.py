@@ -136,6 +136,16 @@ class Decision(_Model):
     """`<variant>: <why>` for every variant whose greedy output differs from the baseline's."""
 
 
+class AddedRepeat(_Model):
+    """One repeat that `--repeats auto` added to the leading candidates, fixed (and saved) before it is timed."""
+
+    repeat: int
+    """The repeat index its records carry (after the planned ones)."""
+    variants: list[str]
+    """The variants timed in it, the baseline first."""
+    why: str
+
+
 class Plan(_Model):
     """What the run measures, fixed once planned so that a resume measures the same."""
 
@@ -148,6 +158,33 @@ class Plan(_Model):
     max_tokens: int
     confirm: list[str] | None = None
     """The variants confirmation times (the baseline first), fixed when confirmation starts."""
+    added: list[AddedRepeat] = Field(default_factory=list)
+    """Repeats added to the leading candidates by `--repeats auto` until the decision was clear."""
+    remeasured: list[int] = Field(default_factory=list)
+    """Confirmation repeats timed again (every confirmed variant) because the baseline drifted in them."""
+    drift_checked: bool = False
+    """Whether the baseline's drift over the confirmation repeats has been checked (once per run)."""
+
+
+class Certainty(_Model):
+    """How sure the decision is (`--repeats auto`): the leading lossless candidate's paired intervals against the
+    baseline and against the runner-up, after any repeats added to make them clear (`optimize.phases.extend`)."""
+
+    clear: bool
+    """Neither interval straddles its decision threshold (or the runner-up is equivalent, or cannot pay)."""
+    summary: str
+    """The verdict in one sentence."""
+    leader: str | None = None
+    runner_up: str | None = None
+    vs_baseline: Interval | None = None
+    """The leader's throughput ratio to the baseline (`--priority ttft`: its TTFT ratio)."""
+    vs_runner_up: Interval | None = None
+    """The leader's throughput ratio to the runner-up (`--priority ttft`: its TTFT ratio)."""
+    threshold: float | None = None
+    """The decision threshold `vs_baseline` is judged against (max(1, --min-speedup); ttft: its inverse)."""
+    added_repeats: int = 0
+    baseline_spread: float | None = None
+    """Relative median absolute deviation of the baseline's tokens/s over the baseline pass and every repeat."""
 
 
 NoteKind = Literal["info", "left_out", "subsampled", "manifest", "interrupted", "failed"]
@@ -217,6 +254,8 @@ class RunResults(_Model):
     """Wall time per phase."""
     notes: list[Note] = Field(default_factory=list)
     """In the order written; files written before notes had kinds hold plain strings, read as `info`."""
+    certainty: Certainty | None = None
+    """How sure the decision is (`--repeats auto`; None with an explicit --repeats or before confirmation)."""
     trials: list[TrialResult] = Field(default_factory=list)
     """Confirmation trials run apart (`--executor ray`), as they finished; empty for the local executor."""
     launches: list[dict[str, Any]] = Field(default_factory=list)

@@ -245,6 +245,17 @@ def summarize_with_intervals(
     return summary
 
 
+def relative_mad(values: Sequence[float]) -> float | None:
+    """Median absolute deviation from the median, over the median (a robust relative spread; None for no values
+    or a median of 0)."""
+    if not values:
+        return None
+    middle = statistics.median(values)
+    if middle == 0:
+        return None
+    return statistics.median(abs(v - middle) for v in values) / abs(middle)
+
+
 def by_category(records: Sequence[RequestRecord]) -> dict[str, list[RequestRecord]]:
     groups: dict[str, list[RequestRecord]] = {}
     for r in records:

@@ -165,6 +165,8 @@ def test_optimize_table_output(
         (["--methods", "magic"], "unknown method"),
         (["--exit-layers", "9"], "the target has 4 layers"),
         (["--percentile", "p42"], "--percentile p42"),
+        (["--repeats", "0"], "--repeats 0: must be >= 1"),
+        (["--repeats", "lots"], "--repeats lots: expected auto or a whole number"),
         (["--target", "no/such-model-here"], "not in the local Hugging Face cache"),
     ],
 )
@@ -312,7 +314,12 @@ def test_exhaustive_times_every_variant(
     results = load_results(tmp_path / "ex" / "results.json")
     assert all(v.confirmed and v.measured is not None for v in results.variants)
     assert len(predicted_vs_measured(results)) == len(results.variants) == 4
-    assert "calibration" not in results.profile or not results.profile["calibration"]
+    # The exhaustive run checks the predictor that predictive ships: the same per-method calibration.
+    calibrated = {c["variant"] for c in results.profile["calibration"]}
+    assert calibrated == {"ngram-n2-k2", "early_exit-l2-k2", "draft:tiny-draft-k2"}
+    assert set(results.cost_model["calibrated"]["round_overhead_s"]) == {"ngram", "early_exit", "draft"}
+    # Prompt lookup's candidate search is measured on this CPU and charged per round.
+    assert results.cost_model["fitted"]["search"]["ngram"]["scan_s"]
 
 
 def test_resume_of_a_run_with_an_older_results_schema_exits_2(runner: CliRunner, tmp_path: Path) -> None:

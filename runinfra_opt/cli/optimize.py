@@ -28,6 +28,7 @@ from runinfra_opt.optimize.config import (
     parse_int_list,
     parse_methods,
     parse_priority,
+    parse_repeats,
 )
 from runinfra_opt.optimize.rundir import latest_left_note, moves_latest
 
@@ -117,8 +118,11 @@ def optimize(
         "predictive", "--strategy", help="predictive (profile, predict, confirm the best) or exhaustive (time all)."
     ),
     confirm: int = typer.Option(DEFAULT_CONFIRM, "--confirm", help="Predicted-best candidates to time end to end."),
-    repeats: int | None = typer.Option(
-        None, "--repeats", help="Timed repeats per request in confirmation (default: 2 or 3, by budget)."
+    repeats: str = typer.Option(
+        "auto",
+        "--repeats",
+        help="Timed repeats per request in confirmation: auto (2 or 3 by budget, more for the leaders until the "
+        "decision is clear) or a number.",
     ),
     percentile: str = typer.Option("p95", "--percentile", help="TTFT percentile for --priority ttft: p50/p90/p95/p99."),
     max_ttft_ms: float | None = typer.Option(None, "--max-ttft-ms", help="Rule out variants whose TTFT exceeds this."),
@@ -202,7 +206,7 @@ def optimize(
         exit_layers=parse_int_list("--exit-layers", exit_layers),
         strategy=strategy,  # type: ignore[arg-type]  # validated by OptimizeConfig
         confirm=confirm,
-        repeats=repeats,
+        repeats=parse_repeats(repeats),
         percentile=percentile,
         max_ttft_ms=max_ttft_ms,
         max_ttft_regression=max_ttft_regression,
@@ -243,6 +247,7 @@ def decision_json(results: RunResults) -> dict[str, Any]:
         "status": results.status,
         "decision": decision,
         "workload": results.workload.model_dump() if results.workload else None,
+        "certainty": results.certainty.model_dump() if results.certainty else None,
         "notes": [note.text for note in results.notes],
     }
 

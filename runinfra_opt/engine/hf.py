@@ -35,7 +35,7 @@ from runinfra_opt.engine.prompts import PromptTokenizer
 from runinfra_opt.engine.protocol import Capability, TokenSequence
 from runinfra_opt.errors import UserInputError
 from runinfra_opt.methods import Variant, get_method
-from runinfra_opt.methods.base import Drafter
+from runinfra_opt.methods.base import CandidateSearch, Drafter
 from runinfra_opt.models import LoadedModel
 from runinfra_opt.records import RequestRecord
 from runinfra_opt.workload.model import Request
@@ -278,6 +278,7 @@ class HFEngine:
         remeasure: bool = False,
         quick: bool = False,
         on_step: Callable[[str], None] | None = None,
+        searches: Sequence[CandidateSearch] = (),
     ) -> tuple[list[Any], dict[str, Any]]:
         from runinfra_opt.engine.hf_cost import measure_costs
 
@@ -289,6 +290,7 @@ class HFEngine:
             remeasure=remeasure,
             quick=quick,
             on_step=on_step,
+            searches=searches,
         )
 
     # ---- generation ------------------------------------------------------------------------------------------

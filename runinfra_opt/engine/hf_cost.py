@@ -5,7 +5,11 @@ For the target: a forward over k = 1..17 new tokens with a KV cache already hold
 (verification of k-1 drafted tokens + 1), at two context lengths, and a prefill at several prompt lengths.
 For each draft: prefill and forwards of a few tokens (drafting is mostly one token at a time). For each
 early-exit layer L: the same as a draft, through the target's first L layers + norm + head (what
-transformers' early-exit drafting runs). The fastest of a few runs after a warm-up (interference from other
+transformers' early-exit drafting runs). For prompt lookup (a method with a `CandidateSearch`): transformers' own
+candidate search (`PromptLookupCandidateGenerator.get_candidates`) timed over synthetic sequences of several
+lengths, scanning 1..N n-gram sizes without a match and returning 1..16 candidates after a match
+(`measure_prompt_lookup_search`): its cost grows with the context and the n-gram sizes tried, and is the part of a
+round that differs between prompt-lookup variants. The fastest of a few runs after a warm-up (interference from other
 processes only ever adds time; the generate loop's typical overheads are fitted later from the measured
 baseline, see `costmodel.calibrate_overheads`); clocks read after a CUDA
 synchronize. Verification is not free on a CPU and T(k) is not monotonic in k, so it is a measured table.
@@ -27,6 +31,7 @@ from typing import Any
 
 from runinfra_opt.fsutil import atomic_write_text
 from runinfra_opt.locks import cache_lock
+from runinfra_opt.methods.base import CandidateSearch
 from runinfra_opt.models import cache_dir
 
 COST_CACHE_VERSION = 2
@@ -35,6 +40,12 @@ TARGET_TOKENS = tuple(range(1, 18))
 DRAFT_TOKENS = (1, 2, 3, 4, 6, 8)
 CONTEXTS = (64, 256)
 PREFILL_LENGTHS = (16, 64, 128, 256, 512)
+SEARCH_CONTEXTS = (64, 256, 1024, 4096)
+"""Sequence lengths the prompt-lookup search is timed at (synthetic token ids: no model runs)."""
+SEARCH_CANDIDATES = (1, 2, 4, 8, 16)
+SEARCH_MIN_SIZES = 3
+"""N-gram sizes measured at least (the default space's largest); more when the space asks for more."""
+SEARCH_REPEATS = 15
 
 
 @dataclass(frozen=True)
@@ -184,6 +195,87 @@ def measure_model(
     return samples
 
 
+def prompt_lookup_search_cases(
+    vocab_size: int,
+    *,
+    max_size: int,
+    eos_token_ids: Sequence[int] = (),
+    contexts: Sequence[int] = SEARCH_CONTEXTS,
+    candidates: Sequence[int] = SEARCH_CANDIDATES,
+) -> list[tuple[str, int, int, Any, Any]]:
+    """(kind, tokens, context, generator, input ids) for every search `measure_prompt_lookup_search` times:
+    transformers' `PromptLookupCandidateGenerator` built as `generate` builds it (an empty logits-processor list,
+    as for greedy decoding, so its per-candidate check runs; the target's vocabulary size).
+
+    - `scan`, tokens = w: `max_matching_ngram_size=w` over distinct ids (no earlier match: every size from w down
+      to 1 is scanned, nothing proposed);
+    - `extract`, tokens = c: size 1 matching the sequence's first token, `num_output_tokens=c` (one size scanned,
+      then c candidates proposed)."""
+    import torch
+    from transformers import LogitsProcessorList
+    from transformers.generation.candidate_generator import PromptLookupCandidateGenerator
+
+    eos = torch.tensor(list(eos_token_ids) or [-1], dtype=torch.long)
+    allowed = [t for t in range(min(vocab_size, 65_536)) if t not in set(eos_token_ids)] or [0]
+
+    def generator(size: int, lookahead: int, length: int) -> Any:
+        return PromptLookupCandidateGenerator(
+            eos_token_id=eos,
+            num_output_tokens=lookahead,
+            max_matching_ngram_size=size,
+            max_length=length + 64,
+            logits_processor=LogitsProcessorList(),
+            vocab_size=vocab_size,
+        )
+
+    cases: list[tuple[str, int, int, Any, Any]] = []
+    for context in contexts:
+        # Distinct ids (past the vocabulary: a search that finds nothing never indexes the logits with them).
+        plain = (torch.arange(context, dtype=torch.long) + vocab_size).unsqueeze(0)
+        for width in range(1, max_size + 1):
+            cases.append(("scan", width, context, generator(width, 4, context), plain))
+        # Ordinary non-EOS ids whose last repeats the first: a size-1 match at position 0, candidates after it.
+        matching = torch.tensor([[allowed[i % len(allowed)] for i in range(context)]], dtype=torch.long)
+        matching[0, -1] = matching[0, 0]
+        for count in candidates:
+            if count < context - 1:
+                cases.append(("extract", count, context, generator(1, count, context), matching))
+    return cases
+
+
+def measure_prompt_lookup_search(
+    vocab_size: int,
+    *,
+    max_size: int,
+    eos_token_ids: Sequence[int] = (),
+    contexts: Sequence[int] = SEARCH_CONTEXTS,
+    candidates: Sequence[int] = SEARCH_CANDIDATES,
+    repeats: int = SEARCH_REPEATS,
+    role: str = "search:ngram",
+) -> list[CostSample]:
+    """Time transformers' prompt-lookup candidate search (`prompt_lookup_search_cases`) on this CPU: the fastest
+    of `repeats` calls each, every case once per repeat (drift hits them alike). On CPU tensors: on a GPU the
+    search runs on the device, and these figures would only be indicative."""
+    import torch
+
+    cases = prompt_lookup_search_cases(
+        vocab_size, max_size=max_size, eos_token_ids=eos_token_ids, contexts=contexts, candidates=candidates
+    )
+    times: dict[int, list[float]] = {i: [] for i in range(len(cases))}
+    with torch.inference_mode():
+        for _, _, _, gen, ids in cases[:4]:  # warm-up
+            gen.get_candidates(ids)
+        for _ in range(repeats):
+            for i, (_, _, _, gen, ids) in enumerate(cases):
+                start = time.perf_counter()
+                gen.get_candidates(ids)
+                times[i].append(time.perf_counter() - start)
+    return [
+        CostSample(role, kind, tokens, context, min(times[i]), repeats)
+        for i, (kind, tokens, context, _, _) in enumerate(cases)
+    ]
+
+
 def device_key(device: str) -> str:
     """A file-name-safe device identity (CUDA devices by name: costs differ across GPU models)."""
     if device.startswith("cuda"):
@@ -218,9 +310,11 @@ def measure_costs(
     repeats: int = 3,
     quick: bool = False,
     on_step: Callable[[str], None] | None = None,
+    searches: Sequence[CandidateSearch] = (),
 ) -> tuple[list[CostSample], dict[str, Any]]:
-    """Samples for the target, every draft and every early-exit layer: from the cache when there, else
-    measured (and cached). Models are `LoadedModel`s. Returns (samples, provenance for results.json).
+    """Samples for the target, every draft and every early-exit layer, and every candidate search of a kind
+    measured here (`prompt_lookup`, up to its largest n-gram size): from the cache when there, else measured (and
+    cached). Models are `LoadedModel`s. Returns (samples, provenance for results.json).
 
     `quick` measures fewer sizes (for tests on tiny models)."""
     roles: list[tuple[Any, str, list[int] | None]] = [(target, "target", None)]
@@ -269,10 +363,47 @@ def measure_costs(
                 samples += measured
                 provenance["measured"].append(role_name)
                 changed = True
+            if role == "target":
+                for search in searches:
+                    if search.kind == "prompt_lookup":
+                        changed |= _prompt_lookup_samples(loaded, entry, samples, provenance, search, quick)
             if changed:
                 atomic_write_text(path, json.dumps(entry, indent=1))
         provenance["cache_files"].append(str(path))
     return samples, provenance
+
+
+def _prompt_lookup_samples(
+    loaded: Any,
+    entry: dict[str, Any],
+    samples: list[CostSample],
+    provenance: dict[str, Any],
+    search: CandidateSearch,
+    quick: bool,
+) -> bool:
+    """Add prompt lookup's search samples to `samples`: cached under the target's entry when they cover the
+    search's n-gram sizes, else measured (at least `SEARCH_MIN_SIZES`) and stored in `entry`. True when measured."""
+    role, sizes = search.role, search.max_size
+    cached = entry["roles"].get(role)
+    if cached and max((s["tokens"] for s in cached if s["kind"] == "scan"), default=0) >= sizes:
+        samples += [CostSample.from_dict(s) for s in cached]
+        provenance["cached"].append(role)
+        return False
+    eos = loaded.model.generation_config.eos_token_id
+    eos_ids = [eos] if isinstance(eos, int) else list(eos or [])
+    measured = measure_prompt_lookup_search(
+        int(loaded.model.config.get_text_config().vocab_size),
+        max_size=max(sizes, SEARCH_MIN_SIZES),
+        eos_token_ids=eos_ids,
+        contexts=SEARCH_CONTEXTS if not quick else (32, 256),
+        candidates=SEARCH_CANDIDATES if not quick else (1, 4),
+        repeats=SEARCH_REPEATS if not quick else 3,
+        role=role,
+    )
+    entry["roles"][role] = [s.to_dict() for s in measured]
+    samples += measured
+    provenance["measured"].append(role)
+    return True
 
 
 def planned_steps(drafts: int, exit_layers: int, *, repeats: int = 3, quick: bool = False) -> int:

@@ -22,7 +22,7 @@ from enum import StrEnum
 from typing import TYPE_CHECKING, Any, Protocol
 
 from runinfra_opt.methods import Variant
-from runinfra_opt.methods.base import Drafter
+from runinfra_opt.methods.base import CandidateSearch, Drafter
 from runinfra_opt.records import RequestRecord
 from runinfra_opt.workload.model import Request
 
@@ -113,13 +113,27 @@ class CostMeter(Protocol):
         remeasure: bool = False,
         quick: bool = False,
         on_step: Callable[[str], None] | None = None,
+        searches: Sequence[CandidateSearch] = (),
     ) -> tuple[list[Any], dict[str, Any]]:
-        """(cost samples for the target and every drafter, provenance: measured or cached, cache files)."""
+        """(cost samples for the target, every drafter and every candidate search the engine can time,
+        provenance: measured or cached, cache files)."""
         ...
 
 
 class ProfilingEngine(Engine, Profiler, CostMeter, Protocol):
     """An engine with every capability (the in-process transformers engine)."""
+
+
+def searches_of(variants: Sequence[Variant]) -> list[CandidateSearch]:
+    """The candidate searches of `variants`, one per method, at the largest width any of them uses."""
+    from runinfra_opt.methods import get_method
+
+    found: dict[str, CandidateSearch] = {}
+    for variant in variants:
+        search = get_method(variant.method).candidate_search(variant)
+        if search is not None and (search.method not in found or search.max_size > found[search.method].max_size):
+            found[search.method] = search
+    return [found[method] for method in sorted(found)]
 
 
 def drafters_of(variants: Sequence[Variant]) -> list[Drafter]:

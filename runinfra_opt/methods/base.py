@@ -38,6 +38,23 @@ class Drafter:
 
 
 @dataclass(frozen=True)
+class CandidateSearch:
+    """A method's per-round candidate search, when its cost depends on the variant and the context length (prompt
+    lookup scans the whole sequence for each n-gram size it tries): measured apart from forward passes, as the
+    cost model's `search:<method>` role. `kind` names the search algorithm an engine knows how to time
+    (`prompt_lookup`: transformers' `PromptLookupCandidateGenerator`); `max_size` is the largest search width the
+    variants use (n-gram size)."""
+
+    method: str
+    kind: str
+    max_size: int
+
+    @property
+    def role(self) -> str:
+        return f"search:{self.method}"
+
+
+@dataclass(frozen=True)
 class SimInput:
     """What a simulator needs about one request: the prompt and the baseline's output as token ids, the
     engine's EOS ids and length limit, and the drafter's profile (teacher-forced agreement flags for a greedy
@@ -165,6 +182,12 @@ class SpecMethod:
 
     def drafter(self, variant: Variant) -> Drafter | None:
         """What drafts for `variant` (None: no model runs to draft, e.g. prompt lookup)."""
+        return None
+
+    def candidate_search(self, variant: Variant) -> CandidateSearch | None:
+        """The variant's candidate search, when its cost differs between variants of the method and grows with
+        the context (None: a search the per-round overhead covers, or none). The simulator then records the
+        search width of every round in `SimResult.searched`."""
         return None
 
     def simulate(self, variant: Variant, sim: SimInput) -> SimResult | ExpectedSimResult | None:

@@ -13,6 +13,7 @@ from typing import Any
 
 from runinfra_opt.errors import UserInputError
 from runinfra_opt.methods.base import (
+    CandidateSearch,
     MethodOptions,
     SimInput,
     SpaceSpec,
@@ -28,18 +29,21 @@ NGRAM_LOOKAHEADS = (1, 2, 3, 4, 5, 6, 8, 10, 12)
 NGRAM_MAX = (1, 2, 3)
 
 
-def ngram_candidates(
+def ngram_search(
     ids: Sequence[int], lookahead: int, max_ngram: int, eos_ids: Collection[int], max_length: int
-) -> list[int]:
+) -> tuple[list[int], int]:
     """Prompt lookup's candidates for the sequence `ids` (prompt + generated so far), as transformers'
-    `PromptLookupCandidateGenerator` picks them: n-gram sizes from min(max_ngram, len-1) down to 1; for each,
-    the left-most earlier occurrence of the sequence's last n tokens whose continuation is non-empty; the
-    continuation is at most `lookahead` tokens, cut at the sequence's end and before the first EOS. An
-    empty cut continuation still ends the search (no fallback to a shorter n-gram)."""
+    `PromptLookupCandidateGenerator` picks them, and how many n-gram sizes it scanned to find them: sizes from
+    min(max_ngram, len-1) down to 1; for each, the left-most earlier occurrence of the sequence's last n tokens
+    whose continuation is non-empty; the continuation is at most `lookahead` tokens, cut at the sequence's end
+    and before the first EOS. An empty cut continuation still ends the search (no fallback to a shorter n-gram).
+    Each size scanned is one pass over the whole sequence: the cost model's search term."""
     length = len(ids)
     if max_length == length + 1:
-        return []
+        return [], 0
+    scanned = 0
     for size in range(min(max_ngram, length - 1), 0, -1):
+        scanned += 1
         tail = list(ids[length - size :])
         for start in range(0, length - size + 1):
             if list(ids[start : start + size]) != tail:
@@ -51,9 +55,16 @@ def ngram_candidates(
             chosen = list(ids[begin:end])
             for j, tok in enumerate(chosen):
                 if tok in eos_ids:
-                    return chosen[:j]
-            return chosen
-    return []
+                    return chosen[:j], scanned
+            return chosen, scanned
+    return [], scanned
+
+
+def ngram_candidates(
+    ids: Sequence[int], lookahead: int, max_ngram: int, eos_ids: Collection[int], max_length: int
+) -> list[int]:
+    """Prompt lookup's candidates for the sequence `ids` (see `ngram_search`)."""
+    return ngram_search(ids, lookahead, max_ngram, eos_ids, max_length)[0]
 
 
 def simulate_ngram(
@@ -65,7 +76,7 @@ def simulate_ngram(
     max_length: int,
 ) -> SimResult:
     """Replay prompt lookup decoding over the target's greedy output (token ids): candidates from
-    `ngram_candidates`, verified by one target pass, the agreeing run kept plus one target token, cut at
+    `ngram_search`, verified by one target pass, the agreeing run kept plus one target token, cut at
     `max_length` and at the output's end. No draft model runs (`draft_passes` = 0)."""
     prompt_len, n_out = len(prompt_ids), len(output_ids)
     check_lengths(lookahead, prompt_len, n_out, max_length)
@@ -76,7 +87,7 @@ def simulate_ngram(
     result = SimResult(target_passes=0, draft_passes=0, drafted=0, output_tokens=n_out)
     done = 0
     while done < n_out:
-        candidates = ngram_candidates(seq, lookahead, max_ngram, eos, max_length)
+        candidates, scanned = ngram_search(seq, lookahead, max_ngram, eos, max_length)
         matched = 0
         for j, tok in enumerate(candidates):
             pos = done + j
@@ -87,6 +98,7 @@ def simulate_ngram(
         result.target_passes += 1
         result.drafted += len(candidates)
         result.chunks.append(len(candidates) + 1)
+        result.searched.append(scanned)
         result.accepted_per_pass.append(new_tokens - 1)
         seq.extend(output_ids[done : done + new_tokens])
         done += new_tokens
@@ -120,6 +132,10 @@ class Ngram(SpecMethod):
             for n in spec.ngram_max or NGRAM_MAX
             for k in spec.lookaheads or NGRAM_LOOKAHEADS
         ]
+
+    def candidate_search(self, variant: Variant) -> CandidateSearch:
+        assert variant.ngram_max is not None
+        return CandidateSearch(self.name, "prompt_lookup", variant.ngram_max)
 
     def simulate(self, variant: Variant, sim: SimInput) -> SimResult:
         # Sampled requests too: the candidates are replayed over the recorded (sampled) output.

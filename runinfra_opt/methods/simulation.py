@@ -38,6 +38,9 @@ class SimResult:
     """Candidates kept per target pass (transformers' `n_matches` after its length/EOS cut)."""
     chunks: list[int] = field(default_factory=list)
     output_tokens: int = 0
+    searched: list[int] = field(default_factory=list)
+    """Per target pass, the search widths tried to find that round's candidates (prompt lookup: the n-gram sizes
+    scanned, from the largest down to the one that matched); empty for methods without a measured search."""
 
     @property
     def accepted(self) -> int:

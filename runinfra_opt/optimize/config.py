@@ -56,6 +56,19 @@ def parse_methods(values: list[str] | tuple[str, ...] | None) -> tuple[str, ...]
     return tuple(out) or None
 
 
+def parse_repeats(value: str | int | None) -> int | None:
+    """`--repeats auto` (None) or a whole number >= 1."""
+    if value is None or (isinstance(value, str) and value.strip().lower() == "auto"):
+        return None
+    try:
+        number = int(str(value).strip())
+    except ValueError:
+        raise UserInputError(f"--repeats {value}: expected auto or a whole number >= 1") from None
+    if number < 1:
+        raise UserInputError(f"--repeats {value}: must be >= 1 (or auto)")
+    return number
+
+
 def parse_int_list(
     option: str, values: list[str] | tuple[str, ...] | None, *, minimum: int = 1
 ) -> tuple[int, ...] | None:
@@ -133,7 +146,8 @@ class OptimizeConfig:
     strategy: Strategy = "predictive"
     confirm: int = DEFAULT_CONFIRM
     repeats: int | None = None
-    """None: 2 or 3, by budget."""
+    """None (`--repeats auto`): 2 or 3 by budget, then more for the leading candidates until the decision is
+    clear (`optimize.phases.extend`); an integer: exactly that many."""
     percentile: str = "p95"
     max_ttft_ms: float | None = None
     max_ttft_regression: float | None = None

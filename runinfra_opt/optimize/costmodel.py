@@ -6,13 +6,16 @@ formula: on a CPU verification is not free and the time is not monotonic in k), 
 context length, and prefill times over prompt lengths (piecewise linear). The baseline's own timings then
 calibrate the target's time to first token over prompt length and the generate loop's per-step overhead
 (`calibrate_overheads`); a few timed speculative requests calibrate a per-round overhead per method
-(`calibrate_round_overhead`).
+(`calibrate_round_overhead`). A method whose candidate search costs differ between its variants and grow with the
+context (prompt lookup scans the sequence once per n-gram size it tries) has a measured search table
+(`SearchCost`, role `search:<method>`), charged per round from the simulated search widths.
 
 `predict_request` turns a `SimResult` into (TTFT, end-to-end) seconds:
 - TTFT = overhead + [draft prefill of the prompt + the draft's further steps of round 0] + the target's
   prefill over prompt + round-0 candidates;
 - e2e = TTFT + for every later round: T(chunk, context) + the draft's steps (its first forward of a round
-  re-reads 2 tokens, then 1 each) + step overheads.
+  re-reads 2 tokens, then 1 each) + step overheads;
+- every round (round 0's in TTFT) adds its candidate search, when the method has a search table.
 """
 
 from __future__ import annotations
@@ -118,6 +121,56 @@ class RoleCost:
 
 
 @dataclass
+class SearchCost:
+    """Measured cost of one method's candidate search in a round (prompt lookup: transformers'
+    `PromptLookupCandidateGenerator.get_candidates` on this CPU).
+
+    `scan_s[width]`: (context, seconds) points of a search that scans `width` sizes and finds nothing;
+    `extract_s[candidates]`: (context, seconds) points of a search that scans one size and returns that many
+    candidates. A round that scanned w sizes and proposed c candidates costs scan(w) + extract(c) - scan(1)
+    (the candidates' own work: copying them, transformers' per-candidate logits-processor check), each
+    piecewise linear over context (extended by its end segments) and over width and candidates."""
+
+    scan_s: dict[int, list[tuple[int, float]]]
+    extract_s: dict[int, list[tuple[int, float]]] = field(default_factory=dict)
+
+    @staticmethod
+    def _at(table: dict[int, list[tuple[int, float]]], key: int, context: int) -> float:
+        by_key = sorted(
+            (float(k), _interpolate(sorted((float(c), t) for c, t in points), float(context)))
+            for k, points in table.items()
+            if points
+        )
+        return _interpolate(by_key, float(key)) if by_key else 0.0
+
+    def scan(self, width: int, context: int) -> float:
+        return self._at(self.scan_s, width, context) if width > 0 else 0.0
+
+    def round(self, width: int, candidates: int, context: int) -> float:
+        """Seconds of one round's search: `width` sizes scanned over a sequence of `context` tokens, then
+        `candidates` proposed."""
+        if width <= 0:
+            return 0.0
+        total = self.scan(width, context)
+        if candidates > 0 and self.extract_s:
+            total += max(self._at(self.extract_s, candidates, context) - self.scan(1, context), 0.0)
+        return total
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "scan_s": {str(k): [list(p) for p in v] for k, v in sorted(self.scan_s.items())},
+            "extract_s": {str(k): [list(p) for p in v] for k, v in sorted(self.extract_s.items())},
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> SearchCost:
+        def table(raw: dict[str, Any]) -> dict[int, list[tuple[int, float]]]:
+            return {int(k): [(int(c), float(t)) for c, t in v] for k, v in raw.items()}
+
+        return cls(scan_s=table(data.get("scan_s", {})), extract_s=table(data.get("extract_s", {})))
+
+
+@dataclass
 class CostModel:
     """Measured costs of every role plus generate-loop overheads. JSON-serialisable (`to_dict`/`from_dict`)."""
 
@@ -129,6 +182,8 @@ class CostModel:
     round_overhead_s: dict[str, float] = field(default_factory=dict)
     """Extra cost of one speculative round per method (`draft`, `early_exit`, `ngram`): candidate generation
     bookkeeping, the draft's own generate() call, cache crops. 0 until calibrated."""
+    search: dict[str, SearchCost] = field(default_factory=dict)
+    """Measured candidate-search cost per method (`SearchCost`), for methods whose variants search differently."""
 
     def role(self, name: str) -> RoleCost:
         try:
@@ -146,6 +201,7 @@ class CostModel:
             "request_overhead_s": self.request_overhead_s,
             "step_overhead_s": self.step_overhead_s,
             "round_overhead_s": dict(self.round_overhead_s),
+            "search": {method: search.to_dict() for method, search in sorted(self.search.items())},
         }
 
     @classmethod
@@ -155,6 +211,7 @@ class CostModel:
             request_overhead_s=float(data.get("request_overhead_s", 0.0)),
             step_overhead_s=float(data.get("step_overhead_s", 0.0)),
             round_overhead_s={k: float(v) for k, v in data.get("round_overhead_s", {}).items()},
+            search={k: SearchCost.from_dict(v) for k, v in data.get("search", {}).items()},
         )
 
 
@@ -186,10 +243,27 @@ def _fit_role(samples: Sequence[CostSampleLike]) -> RoleCost:
     return RoleCost(forward_s=table, prefill_s=prefill, ref_context=ref, context_slope_s=slope)
 
 
+SEARCH_PREFIX = "search:"
+
+
+def _fit_search(samples: Sequence[CostSampleLike]) -> SearchCost:
+    """A search table from `scan` samples (tokens = sizes scanned) and `extract` samples (tokens = candidates)."""
+    tables: dict[str, dict[int, list[tuple[int, float]]]] = {"scan": {}, "extract": {}}
+    for s in samples:
+        if s.kind not in tables:
+            raise ValueError(f"bad cost sample for {s.role}: kind {s.kind!r} (expected scan or extract)")
+        tables[s.kind].setdefault(s.tokens, []).append((s.context, s.seconds))
+    return SearchCost(
+        scan_s={k: sorted(v) for k, v in tables["scan"].items()},
+        extract_s={k: sorted(v) for k, v in tables["extract"].items()},
+    )
+
+
 def fit_cost_model(samples: Iterable[CostSampleLike]) -> CostModel:
     """Group measured samples by role and fit each: a forward table at the smallest measured context (values
     at other contexts are brought back with the fitted slope and averaged), the median slope over k, and the
-    prefill points. Overheads start at 0: see `calibrate_overheads`."""
+    prefill points; `search:<method>` roles become that method's `SearchCost`. Overheads start at 0: see
+    `calibrate_overheads`."""
     by_role: dict[str, list[CostSampleLike]] = {}
     for s in samples:
         if s.seconds < 0 or s.tokens < 1:
@@ -197,7 +271,14 @@ def fit_cost_model(samples: Iterable[CostSampleLike]) -> CostModel:
         by_role.setdefault(s.role, []).append(s)
     if "target" not in by_role:
         raise ValueError("cost samples have no `target` role")
-    return CostModel(roles={role: _fit_role(group) for role, group in by_role.items()})
+    return CostModel(
+        roles={role: _fit_role(group) for role, group in by_role.items() if not role.startswith(SEARCH_PREFIX)},
+        search={
+            role.removeprefix(SEARCH_PREFIX): _fit_search(group)
+            for role, group in by_role.items()
+            if role.startswith(SEARCH_PREFIX)
+        },
+    )
 
 
 @dataclass(frozen=True)
@@ -257,6 +338,7 @@ def calibrate_overheads(cost: CostModel, baseline: Iterable[Observation]) -> Cos
         request_overhead_s=request_overhead,
         step_overhead_s=step_overhead,
         round_overhead_s=dict(cost.round_overhead_s),
+        search=dict(cost.search),
     )
 
 
@@ -287,12 +369,21 @@ def predict_request(
     role_name = role_for(variant)
     drafter = cost.role(role_name) if role_name else None
     round_extra = cost.round_overhead_s.get(variant.method, 0.0) if variant.is_speculative else 0.0
+    search = cost.search.get(variant.method) if variant.is_speculative else None
     if sim.output_tokens == 0:
         return cost.request_overhead_s, cost.request_overhead_s
+    rounds = _rounds(sim, prompt_len) if isinstance(sim, SimResult) else []
+
+    def search_s(i: int) -> float:
+        """Round i's candidate search (over the sequence as it is before that round's pass)."""
+        if search is None or not isinstance(sim, SimResult) or i >= len(sim.searched):
+            return 0.0
+        chunk, context = rounds[i]
+        return search.round(sim.searched[i], chunk - 1, context)
 
     # Round 0: draft prefill + its further steps, then the target's prefill over prompt + candidates.
     first_drafted = sim.first_chunk - 1
-    ttft = cost.request_overhead_s + round_extra
+    ttft = cost.request_overhead_s + round_extra + search_s(0)
     if drafter is not None and first_drafted > 0:
         ttft += drafter.prefill(prompt_len) + step
         ttft += sum(max(drafter.forward(1, prompt_len + j) + step, 0.0) for j in range(1, first_drafted))
@@ -303,8 +394,8 @@ def predict_request(
 
     decode = 0.0
     if isinstance(sim, SimResult):
-        for chunk, context in _rounds(sim, prompt_len)[1:]:
-            decode += max(target.forward(chunk, context) + step, 0.0) + round_extra
+        for i, (chunk, context) in enumerate(rounds[1:], start=1):
+            decode += max(target.forward(chunk, context) + step, 0.0) + round_extra + search_s(i)
             if drafter is not None:
                 decode += _draft_round(drafter, chunk - 1, context, step)
     else:
@@ -328,6 +419,7 @@ def calibrate_round_overhead(
         request_overhead_s=cost.request_overhead_s,
         step_overhead_s=cost.step_overhead_s,
         round_overhead_s={k: v for k, v in cost.round_overhead_s.items() if k != method},
+        search=dict(cost.search),
     )
     residuals = []
     for sim, prompt_len, variant, e2e in runs:

@@ -12,8 +12,11 @@ The phases, in order (one module each under `optimize/phases/`):
 7. `predict`: simulate every variant's passes per request and predict TTFT and end-to-end time;
 8. `confirm`: time the top `--confirm` predicted candidates and the baseline end to end, repeated and
    interleaved, checking every output against the baseline's (`--strategy exhaustive` times every variant);
-9. `repredict`: the predictions again, with overheads fitted to the confirmation's baseline;
-10. `decide` on measured figures only, and 11. `write` the manifest.
+9. `extend` (`--repeats auto`, the default): re-measure once a repeat in which the baseline drifted, then add
+   repeats of the leading candidates while the winner's interval against the runner-up or the baseline straddles
+   the decision threshold and budget remains; record how sure the decision is;
+10. `repredict`: the predictions again, with overheads fitted to the confirmation's baseline;
+11. `decide` on measured figures only, and 12. `write` the manifest.
 
 Every finished phase is recorded in `results.phases_done` on disk; `--resume` skips those (restoring what
 later phases need from the results) and, inside an unfinished phase, the trials already recorded.
@@ -27,7 +30,18 @@ from dataclasses import dataclass
 
 from runinfra_opt.engine.protocol import Capability
 from runinfra_opt.optimize.config import OptimizeConfig
-from runinfra_opt.optimize.phases import baseline, confirm, cost, decide, load, plan, predict, profile, write
+from runinfra_opt.optimize.phases import (
+    baseline,
+    confirm,
+    cost,
+    decide,
+    extend,
+    load,
+    plan,
+    predict,
+    profile,
+    write,
+)
 from runinfra_opt.optimize.rundir import open_run
 from runinfra_opt.optimize.state import Reporter, RunState, Silent
 from runinfra_opt.results import RunResults
@@ -59,6 +73,7 @@ PHASES: tuple[Phase, ...] = (
     Phase("profile", profile.run, timing="profile", needs=PREDICTOR),
     Phase("predict", predict.run, rerun=True, timing="predict", needs=PREDICTOR),
     Phase("confirm", confirm.run, timing="confirm"),
+    Phase("extend", extend.run, timing="confirm"),
     Phase("repredict", predict.run_after_confirm, rerun=True, timing="predict", needs=PREDICTOR),
     Phase("decide", decide.run, rerun=True, timing="decide"),
     Phase("write", write.run, rerun=True, timing="decide"),

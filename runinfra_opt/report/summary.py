@@ -106,6 +106,8 @@ def render_summary(results: RunResults, console: Console) -> None:
     if results.workload and results.workload.subsampled:
         console.print(Text(f"Note: {results.workload.subsampled}"))
     console.print(Text(decision_sentence(results), style="bold"))
+    if results.certainty is not None:
+        console.print(Text(f"How sure: {results.certainty.summary}"))
     for line in (answer.category_line(results), answer.drafts_line(results)):
         if line:
             console.print(Text(line))

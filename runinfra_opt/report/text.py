@@ -96,6 +96,8 @@ def intro_lines(results: RunResults) -> list[str]:
     lines = []
     if results.decision is not None and results.decision.reason:
         lines.append(f"Why: {results.decision.reason}")
+    if results.certainty is not None:
+        lines.append(f"How sure: {results.certainty.summary}")
     constraints = view.constraints_line(results)
     if constraints:
         lines.append(f"Settings: {constraints}")

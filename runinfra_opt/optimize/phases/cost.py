@@ -1,7 +1,8 @@
 """Phases `cost` and `check_cost`: the measured cost model, and its check against the baseline pass.
 
 `cost` reads `state.engine` (its `COST_TABLE` capability) and `state.space`; it measures (or reads from the
-cache) forward/prefill times of the target and of each variant's drafter, fits the cost model
+cache) forward/prefill times of the target and of each variant's drafter, and the candidate search of methods
+that declare one (prompt lookup), fits the cost model
 and fills `state.cost` (recorded in `results.cost_model` and `<run dir>/cost_model.json`; `restore` rebuilds
 `state.cost` from there on resume).
 
@@ -29,7 +30,7 @@ def restore(state: RunState) -> None:
 
 
 def run(state: RunState) -> None:
-    from runinfra_opt.engine.protocol import drafters_of
+    from runinfra_opt.engine.protocol import drafters_of, searches_of
     from runinfra_opt.optimize.costmodel import fit_cost_model
 
     results = state.results
@@ -42,6 +43,7 @@ def run(state: RunState) -> None:
         remeasure=state.config.remeasure_cost,
         quick=quick,
         on_step=lambda role: state.reporter.advance(role),
+        searches=searches_of(state.space),
     )
     state.cost = fit_cost_model(samples)
     state.reporter.end_phase()
@@ -74,7 +76,7 @@ def _baseline_prediction_error(state: RunState) -> float | None:
 
 
 def check(state: RunState) -> None:
-    from runinfra_opt.engine.protocol import drafters_of
+    from runinfra_opt.engine.protocol import drafters_of, searches_of
     from runinfra_opt.optimize.costmodel import fit_cost_model
 
     results = state.results
@@ -91,7 +93,10 @@ def check(state: RunState) -> None:
         )
         with state.timed("cost"):
             samples, provenance = state.profiling_engine().measure_costs(
-                drafters_of(state.space), remeasure=True, quick=state.config.quick_cost
+                drafters_of(state.space),
+                remeasure=True,
+                quick=state.config.quick_cost,
+                searches=searches_of(state.space),
             )
             state.cost = fit_cost_model(samples)
         results.cost_model.update(

@@ -3,9 +3,10 @@
 Reads `state.requests`, `state.engine` (its `PROFILE` capability), `state.space`, the baseline pass. One
 teacher-forced pass of each variant's drafter (every early-exit layer from one target pass) over prompt +
 baseline output: per request the agreement flags (greedy requests, `results.profile["agreement"]`) or the acceptance
-probabilities (sampled requests, `results.profile["acceptance"]`); then, for `--strategy predictive`, a short
-calibration run per speculative method (`results.profile["calibration"]`: the generate loop's per-round
-overhead). Each role and each calibration run is saved as it finishes; a resume does only the rest.
+probabilities (sampled requests, `results.profile["acceptance"]`); then a short calibration run per speculative
+method (`results.profile["calibration"]`: the generate loop's per-round overhead), for both strategies, so that
+the predictions an exhaustive run checks are those of the predictor `--strategy predictive` ships. Each role and
+each calibration run is saved as it finishes; a resume does only the rest.
 """
 
 from __future__ import annotations
@@ -68,9 +69,9 @@ def run(state: RunState) -> None:
             f"{len(sampled)} sampled request(s): predicted from expected acceptance (sum of min(p, q)); "
             "prompt lookup on them is predicted from the recorded sampled output"
         )
-    if state.config.strategy == "predictive":
-        # Exhaustive timing does not need the predictor's overheads: it measures every variant anyway.
-        _calibrate(state)
+    # Exhaustive timing does not need the predictor to decide, but its predicted-vs-measured comparison must
+    # check the predictor that `--strategy predictive` uses: the same calibration.
+    _calibrate(state)
     state.reporter.advance("calibration")
     state.reporter.end_phase()
 

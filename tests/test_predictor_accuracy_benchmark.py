@@ -1,0 +1,71 @@
+"""`benchmarks/predictor_accuracy.py` end to end on the tiny models: both strategies, the per-family Kendall tau,
+the head-to-head of the two winners and the report file, so that a long run on a quiet machine cannot fail
+at its end. (Figures on tiny models mean nothing; the structure and the pairing are checked.)"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from benchmarks import predictor_accuracy
+from runinfra_opt.results import load_results
+
+WORKLOAD = [
+    {"id": "echo-1", "category": "echo", "prompt": "abc abc abc abc abc abc", "max_tokens": 12},
+    {"id": "echo-2", "category": "echo", "prompt": "hello hello hello", "max_tokens": 12},
+    {"id": "chat-1", "category": "chat", "prompt": "tell me a story", "max_tokens": 12},
+]
+
+
+def test_benchmark_runs_both_strategies_and_the_head_to_head(
+    tiny_models: tuple[Path, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    workload = tmp_path / "tiny.jsonl"
+    workload.write_text("".join(json.dumps(r) + "\n" for r in WORKLOAD), encoding="utf-8")
+    out, raw = tmp_path / "report.json", tmp_path / "raw"
+    argv = [
+        "predictor_accuracy.py",
+        "--workloads", str(workload),
+        "--target", str(tiny_models[0]),
+        "--requests", "2",
+        "--max-tokens", "8",
+        "--repeats", "1",
+        "--h2h-repeats", "2",
+        "--threads", "1",
+        "--exit-layers", "2",
+        "--out", str(out),
+        "--raw-dir", str(raw),
+    ]  # fmt: skip
+    monkeypatch.setattr(sys, "argv", argv)
+    assert predictor_accuracy.main() == 0
+    report = json.loads(out.read_text())
+    entry = report["workloads"][str(workload)]
+    assert entry["requests"] == 2
+    families = {f["method"]: f for f in entry["exhaustive"]["family_rankings"]}
+    assert set(families) == {"ngram", "early_exit"}
+    assert families["ngram"]["variants"] == 12
+    assert families["early_exit"]["variants"] == 4
+    assert len(entry["exhaustive"]["all_errors"]) == 17  # every variant, the baseline included
+    assert entry["head_to_head"]["ratio"]["low"] <= entry["head_to_head"]["ratio"]["value"]
+    assert (raw / "tiny-predictive" / "results.json").is_file()
+    assert (raw / "tiny-exhaustive" / "results.json").is_file()
+
+    # Two different winners are timed against each other on the same requests, interleaved and paired.
+    predictive = load_results(raw / "tiny-predictive" / "results.json")
+    exhaustive = load_results(raw / "tiny-exhaustive" / "results.json")
+    assert predictive.decision is not None
+    assert exhaustive.decision is not None
+    other = next(v.name for v in exhaustive.variants if v.confirmed and v.name != predictive.decision.winner)
+    exhaustive.decision.winner = other
+    args = predictor_accuracy.argparse.Namespace(target=str(tiny_models[0]), threads=1, max_tokens=8, h2h_repeats=2)
+    h2h = predictor_accuracy.head_to_head(str(workload), predictive, exhaustive, args)
+    assert h2h["exhaustive_winner"] == other
+    assert h2h["requests"] == 2
+    assert h2h["repeats"] == 2
+    ratio = h2h["ratio"]
+    assert 0 < ratio["low"] <= ratio["value"] <= ratio["high"]
+    assert h2h["predictive_tokens_per_s"] > 0
+    assert h2h["exhaustive_tokens_per_s"] > 0
