@@ -7,13 +7,12 @@ What is measured and how:
 - Target and draft forward passes: forward pre-hooks on the model instances (no monkeypatching). Early exit
   drafts with the target itself (transformers temporarily lowers `config.num_hidden_layers` to the exit
   layer), so a target forward is classified as a draft pass when it runs with fewer layers than the model has.
-- Drafted tokens: from the target's verification input lengths (a verify pass over c candidates feeds c + 1
-  tokens; the first pass is the prefill of the prompt plus the first candidates). Accepted tokens at each target
-  pass: the tokens that pass delivered to the streamer, minus the one the target adds itself.
+- Drafted tokens: from the target's verification input lengths (c candidates feed c + 1 tokens; the first pass
+  is the prefill plus the first candidates). Accepted: the tokens a pass delivered to the streamer, minus one.
 
 transformers reads `num_assistant_tokens`, `num_assistant_tokens_schedule` and `assistant_confidence_threshold`
-from the assistant model's `generation_config` (for early exit: the target's own) and ignores them as
-`generate()` arguments, so they are set there before each request and restored after it.
+from the assistant's `generation_config` (early exit: the target's) and ignores them as `generate()`
+arguments, so they are set there before each request and restored after it.
 """
 
 from __future__ import annotations

@@ -9,9 +9,10 @@ server may); hang (never answers /health); stubborn (ignores SIGTERM, as does it
 It also serves `/v1/completions` (streamed, token-id prompts, `token_id:N` log-probabilities, usage) for the
 vLLM engine's tests (tests/test_optimize_vllm.py), deterministically: the output copies the prompt from its
 start, cycling (`max_tokens` tokens); the top-2 margin is 0.01 nats at output position 3 (a near-tie) and 2.0
-elsewhere. Every chunk takes 10 ms (one decoding step). With `--speculative-config` it streams chunks of up to k + 1 tokens and counts drafts in /metrics
-as vLLM does. FAKE_VLLM_SPEC (servers with a speculative config only): `reject` (exits at start-up as vLLM
-does on a config it refuses); `diverge:N` (output token N differs); `die_after:N` (exits after N requests).
+elsewhere. Every chunk takes 10 ms (one decoding step). With `--speculative-config` it streams chunks of up
+to k + 1 tokens and counts drafts in /metrics as vLLM does. FAKE_VLLM_SPEC (servers with a speculative config
+only): `reject` (exits at start-up as vLLM does on a config it refuses); `diverge:N` (output token N
+differs); `die_after:N` (exits after N requests).
 """
 
 import argparse
