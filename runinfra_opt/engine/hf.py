@@ -5,8 +5,8 @@ What is measured and how:
   generated tokens on a streamer; `e2e_s`: to the return of `generate`. On CUDA the device is synchronized
   before the clock is read at both ends (the streamer receives tokens already copied to the host).
 - Target and draft forward passes: forward pre-hooks on the model instances (no monkeypatching). Early exit
-  drafts with the target itself (transformers temporarily lowers `config.num_hidden_layers` to the exit
-  layer), so a target forward is classified as a draft pass when it runs with fewer layers than the model has.
+  drafts with the target itself (transformers lowers `config.num_hidden_layers` to the exit layer for it): a
+  target forward with fewer layers than the model has is a draft pass.
 - Drafted tokens: from the target's verification input lengths (c candidates feed c + 1 tokens; the first pass
   is the prefill plus the first candidates). Accepted: the tokens a pass delivered to the streamer, minus one.
 
@@ -150,8 +150,7 @@ class HFEngine:
 
     `drafts` maps the draft spec strings used in `Variant.draft` to loaded models. The draft vocabulary is
     checked here; a mismatch is refused unless `allow_tokenizer_mismatch` (universal assisted generation).
-    Implements `engine.protocol.ProfilingEngine`: every capability.
-    """
+    Implements `engine.protocol.ProfilingEngine`: every capability."""
 
     name = "transformers"
     capabilities = frozenset(Capability)
