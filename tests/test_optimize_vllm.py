@@ -241,13 +241,15 @@ def test_bad_combinations_are_one_line_errors(
     assert result.exit_code == 2
     # early exit has no vLLM equivalent: left out, with the reason, and the run goes on with the others
     result, run_dir = _optimize(
-        runner, fake_vllm, tiny_models[0], workload, tmp_path, "--methods", "early_exit,vllm_ngram", lookahead="4"
+        runner, fake_vllm, tiny_models[0], workload, tmp_path, "--methods", "ngram,early_exit,vllm_ngram", lookahead="4"
     )
     assert result.exit_code == 0, result.output
     results = load_results(run_dir / "results.json")
     assert [v.name for v in results.variants] == ["baseline", "vllm_ngram-m1-n3-k4"]
     notes = " ".join(n.text for n in results.notes)
     assert "the vllm engine cannot run it (vLLM has no early-exit" in notes
+    # transformers' prompt lookup is not what vLLM runs (its own rule is vllm_ngram): left out too
+    assert "ngram-n3-k4: the vllm engine cannot run it (method ngram is measured on transformers only" in notes
 
 
 def test_vllm_ngram_names_space_and_simulation() -> None:

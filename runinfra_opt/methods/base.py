@@ -112,6 +112,10 @@ class SpecMethod:
     """Ties go to the smaller rank (the simpler method to deploy)."""
     in_default_space: ClassVar[bool] = True
     """Part of `optimize`'s search space when `--methods` is not given (on the engines below)."""
+    measured_on: ClassVar[frozenset[str] | None] = None
+    """Engines whose runs measure this method as it is specified (None: any engine that can run it). Prompt
+    lookup's and early exit's vLLM settings are translations (vLLM matches n-grams by its own rule), so a vLLM
+    run does not measure them: there, vLLM's own rule is method `vllm_ngram`."""
     default_engines: ClassVar[frozenset[str] | None] = None
     """The engines whose default search space includes this method (None: every engine's). An engine that
     cannot run a variant says why through `Engine.supports`, and the run leaves it out with that reason."""

@@ -109,6 +109,7 @@ class Ngram(SpecMethod):
     name = "ngram"
     rank = 1
     name_format = "ngram-n{ngram_max}-k{lookahead}"
+    measured_on = frozenset({"transformers"})
 
     def validate(self, variant: Variant) -> None:
         super().validate(variant)

@@ -294,7 +294,7 @@ def _by_throughput(
         if winner is not base:
             return winner, (
                 f"{winner.name} is {_gain_text(winner.gain)} the baseline's throughput "
-                f"({winner.tokens_per_s:.1f} vs {base.tokens_per_s:.1f} tokens/s), lossless on every greedy request."
+                f"({winner.tokens_per_s:.1f} vs {base.tokens_per_s:.1f} tokens/s), {_lossless_text(winner.records)}."
             )
         return base, (
             f"speculation does not pay on this traffic: the best variant, {pool[0].name}, is within "
@@ -426,3 +426,13 @@ def per_category(
             )
         )
     return out
+
+
+def _lossless_text(records: Sequence[RequestRecord]) -> str:
+    ties = sum(1 for r in records if r.near_tie)
+    if not ties:
+        return "lossless on every greedy request"
+    return (
+        f"lossless on every greedy request up to {ties} numerical near-tie(s) (outputs differ only from a position "
+        "where the baseline's top two tokens were within the tie tolerance; see the notes)"
+    )

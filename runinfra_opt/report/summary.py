@@ -93,7 +93,8 @@ def render_summary(results: RunResults, console: Console) -> None:
     console.print(table)
     console.print(
         Text(
-            f"{view.PREDICTED_MARK} = predicted, not measured. {len(results.variants)} variants predicted, "
+            f"{view.PREDICTED_MARK} = predicted, not measured. "
+            f"{sum(1 for v in results.variants if v.predicted is not None)} variants predicted, "
             f"{sum(1 for v in results.variants if v.confirmed)} timed end to end (baseline included).",
             style="dim",
         )

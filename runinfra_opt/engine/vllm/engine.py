@@ -142,7 +142,13 @@ class VllmEngine:
     def supports(self, variant: Variant) -> str | None:
         if variant.draft is not None and variant.draft not in self.drafts:
             return f"draft {variant.draft!r} is not loaded"
-        serving = get_method(variant.method).serving_vllm(variant, self.draft_path(variant))
+        method = get_method(variant.method)
+        if method.measured_on is not None and self.name not in method.measured_on:
+            return (
+                f"method {method.name} is measured on {', '.join(sorted(method.measured_on))} only "
+                "(vLLM runs its own n-gram rule: method vllm_ngram)"
+            )
+        serving = method.serving_vllm(variant, self.draft_path(variant))
         if not serving.get("supported"):
             return str(serving.get("note") or f"vLLM cannot run method {variant.method}")
         return None
