@@ -31,7 +31,7 @@ from transformers.generation.streamers import BaseStreamer
 
 from runinfra_opt import __version__
 from runinfra_opt.engine.prompts import PromptTokenizer
-from runinfra_opt.engine.protocol import Capability, TokenSequence
+from runinfra_opt.engine.protocol import Capability, TokenSequence, cpu_model_name
 from runinfra_opt.errors import UserInputError
 from runinfra_opt.methods import Variant, get_method
 from runinfra_opt.methods.base import CandidateSearch, Drafter
@@ -103,18 +103,6 @@ class _PassCounter:
     def remove(self) -> None:
         for handle in self._handles:
             handle.remove()
-
-
-def cpu_model_name() -> str:
-    """The CPU's model name from /proc/cpuinfo (Linux), else platform.processor()."""
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as fh:  # noqa: PTH123 - a pseudo file, read once
-            for line in fh:
-                if line.startswith("model name"):
-                    return line.partition(":")[2].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def check_same_vocabulary(target: LoadedModel, draft: LoadedModel) -> str | None:

@@ -17,6 +17,7 @@ some, and `optimize` then says which steps it skips and why. Nothing here import
 
 from __future__ import annotations
 
+import platform
 from collections.abc import Callable, Sequence
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any, Protocol
@@ -146,3 +147,15 @@ def drafters_of(variants: Sequence[Variant]) -> list[Drafter]:
         if drafter is not None:
             found.setdefault(drafter.role, drafter)
     return [found[role] for role in sorted(found)]
+
+
+def cpu_model_name() -> str:
+    """The CPU's model name from /proc/cpuinfo (Linux), else platform.processor()."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as fh:  # noqa: PTH123 - a pseudo file, read once
+            for line in fh:
+                if line.startswith("model name"):
+                    return line.partition(":")[2].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from runinfra_opt.engine.prompts import PromptTokenizer
-from runinfra_opt.engine.protocol import Capability
+from runinfra_opt.engine.protocol import Capability, cpu_model_name
 from runinfra_opt.engine.vllm import metrics
 from runinfra_opt.engine.vllm.client import CompletionRequest, OpenAIClient, RequestResult
 from runinfra_opt.engine.vllm.environment import VllmEnvironment, resolve_environment
@@ -290,7 +290,7 @@ class VllmEngine:
             "max_model_len": self.max_model_len,
             ServeSettings.ENVIRONMENT_KEY: self.serve_settings.to_dict(),
             "device": "cpu" if (self.vllm.build or "").endswith("cpu") else (self.vllm.build or "unknown"),
-            "cpu": _cpu_name(),
+            "cpu": cpu_model_name(),
         }
 
     def close(self) -> None:
@@ -300,18 +300,6 @@ class VllmEngine:
             if not self._loop.is_closed():
                 self._loop.run_until_complete(self._loop.shutdown_asyncgens())
                 self._loop.close()
-
-
-def _cpu_name() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    import platform
-
-    return platform.processor() or "unknown"
 
 
 def _model_info(spec: str, *, dtype: str) -> tuple[str, dict[str, Any], int]:
