@@ -22,61 +22,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict
-
 from runinfra_opt.load.runner import LevelRun
-from runinfra_opt.results import Interval
+from runinfra_opt.results import Interval, LevelMetrics, MeasuredWindow
 from runinfra_opt.stats import bootstrap_interval, percentiles
 
 WARMUP_FRACTION = 0.1
 """The share of a run's first sends treated as warm-up (their tokens inside the window still count)."""
-
-
-class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-
-class MeasuredWindow(_Model):
-    """The part of one run the throughput figures are measured over (seconds after the level's start)."""
-
-    start_s: float
-    end_s: float
-    warmup_requests: int
-    """Sends before the window (warm-up); 0 when the whole run is measured."""
-    steady: bool
-    """False: the run was too short to exclude warm-up and drain, so its whole span is measured."""
-
-    @property
-    def seconds(self) -> float:
-        return self.end_s - self.start_s
-
-
-class LevelMetrics(_Model):
-    """One load level's serving figures (pooled over its runs)."""
-
-    level: str
-    description: str
-    runs: int
-    requests: int
-    succeeded: int
-    failed: int
-    windows: list[MeasuredWindow]
-    output_tokens_per_s: Interval | None
-    requests_per_s: float | None
-    ttft_s: dict[str, float]
-    tpot_s: dict[str, float]
-    itl_s: dict[str, float]
-    e2e_s: dict[str, float]
-    send_lag_s: dict[str, float]
-    late_requests: int
-    """Sends more than the runner's lateness threshold behind their planned time."""
-    peak_in_flight: int
-    slo_ttft_ms: float | None = None
-    slo_tpot_ms: float | None = None
-    goodput: Interval | None = None
-    """Share of the measured requests that succeeded within every SLO given (None: no SLO given)."""
-    goodput_requests_per_s: float | None = None
-    notes: list[str] = []
 
 
 def records_frame(run: LevelRun) -> Any:
