@@ -289,9 +289,9 @@ class LevelResult(_Model):
     drafted_tokens: int | None = None
     accepted_tokens: int | None = None
     """The server's counters over the level (`/metrics` before and after)."""
-    mismatched: int = 0
-    """Greedy outputs that differ from the baseline's batch-1 output (batching can flip a numerical near-tie;
-    losslessness is judged at batch 1, where every difference is checked)."""
+    mismatched: int | None = None
+    """Greedy outputs that differ from the baseline's batch-1 output; None: not checked (the vLLM engine asks
+    for no log-probabilities under load, so it gets no token ids; losslessness is judged at batch 1)."""
 
     @property
     def acceptance_rate(self) -> float | None:

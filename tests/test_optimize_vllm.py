@@ -53,6 +53,8 @@ def _optimize(
     args += ["--workload", str(workload), "--lookahead", lookahead, "--ngram-max", "3"]
     if "--methods" not in extra:
         args += ["--methods", "vllm_ngram"]
+    if "--load" not in extra:
+        args += ["--load", "none"]  # batch 1 here; under load: tests/test_optimize_vllm_load.py
     args += ["--max-tokens", "12", "--repeats", "2", "--run-dir", str(run_dir), "--out", str(tmp_path / "m.yaml")]
     result = runner.invoke(app, [*args, "--json", *extra], catch_exceptions=False)
     return result, run_dir

@@ -232,7 +232,7 @@ def test_optimize_on_vllm_measures_each_variant_on_its_own_server(
 ) -> None:
     """`optimize --engine vllm` end to end on real servers: the baseline and one vLLM n-gram variant, each on
     its own server launched with the manifest's arguments (checked with vLLM's own parser), outputs compared,
-    counters recorded, nothing left running."""
+    counters recorded, two load levels served on the same servers, nothing left running."""
     import yaml
     from typer.testing import CliRunner
 
@@ -246,6 +246,7 @@ def test_optimize_on_vllm_measures_each_variant_on_its_own_server(
     args = ["optimize", "--engine", "vllm", "--vllm-python", vllm_python, "--target", model, "--dtype", DTYPE]
     args += ["--workload", str(workload), "--methods", "vllm_ngram", "--lookahead", "4", "--ngram-max", "3"]
     args += ["--max-tokens", str(MAX_TOKENS), "--repeats", "1", "--run-dir", str(run_dir), "--out", str(out)]
+    args += ["--load", "concurrency:1,2"]
     result = CliRunner().invoke(app, args, catch_exceptions=False)
     assert result.exit_code in (0, 4), result.output
     results = load_results(run_dir / "results.json")
@@ -258,6 +259,14 @@ def test_optimize_on_vllm_measures_each_variant_on_its_own_server(
     assert spec.disqualified is None  # float32: the n-gram server's outputs equal the baseline's
     assert all(r.lossless is True for r in spec.measured_requests)
     assert sum(r.accepted_tokens for r in spec.measured_requests) > 0
+    # under load, on the same servers (no relaunch): both levels, every request answered, counters read
+    for variant in (results.variant("baseline"), spec):
+        assert variant is not None
+        assert [lr.level for lr in variant.load] == ["concurrency:1", "concurrency:2"]
+        assert all(lr.metrics.succeeded == 2 and lr.metrics.failed == 0 for lr in variant.load)
+    assert results.load is not None
+    assert [d.level for d in results.load.decisions] == ["concurrency:1", "concurrency:2"]
+    assert all((lr.drafted_tokens or 0) > 0 for lr in spec.load)
     manifest = yaml.safe_load(out.read_text())
     vllm = manifest["serving"]["vllm"]
     if manifest["decision"]["winner"] == "vllm_ngram-m1-n3-k4":

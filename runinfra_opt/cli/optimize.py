@@ -172,6 +172,16 @@ def optimize(
     max_retries: int = typer.Option(
         DEFAULT_MAX_RETRIES, "--max-retries", help="Resubmissions of a trial whose worker or node died (ray)."
     ),
+    load: str = typer.Option(
+        "auto",
+        "--load",
+        help="Load levels each variant is served under (vllm): replay, concurrency:1,4,16, rate:0.5,2 joined with "
+        "+; auto: replay (if the workload records arrivals) + a concurrency sweep; none: batch 1 only.",
+    ),
+    time_scale: float = typer.Option(1.0, "--time-scale", help="Replay: multiply the recorded gaps (0.5: 2x as fast)."),
+    burstiness: float = typer.Option(1.0, "--burstiness", help="Rate levels: gamma shape of the gaps (1: Poisson)."),
+    slo_ttft_ms: float | None = typer.Option(None, "--slo-ttft-ms", help="Under load: the TTFT goodput counts."),
+    slo_tpot_ms: float | None = typer.Option(None, "--slo-tpot-ms", help="Under load: the TPOT goodput counts."),
 ) -> None:
     """Find the fastest lossless speculative-decoding setup for a workload: profile once, predict every
     variant, time the best few against the baseline, decide on measured figures, write the manifest.
@@ -229,6 +239,11 @@ def optimize(
         ray_address=ray_address,
         trial_resources=trial_resources,
         max_retries=max_retries,
+        load=load,
+        time_scale=time_scale,
+        burstiness=burstiness,
+        slo_ttft_ms=slo_ttft_ms,
+        slo_tpot_ms=slo_tpot_ms,
     )
     if run_dir is not None and not resume and not moves_latest(runs_root, run_dir):
         err_console.print(latest_left_note(runs_root, run_dir), markup=False)
@@ -248,8 +263,34 @@ def decision_json(results: RunResults) -> dict[str, Any]:
         "decision": decision,
         "workload": results.workload.model_dump() if results.workload else None,
         "certainty": results.certainty.model_dump() if results.certainty else None,
+        "load": _load_json(results),
         "notes": [note.text for note in results.notes],
     }
+
+
+def _load_json(results: RunResults) -> dict[str, Any] | None:
+    """Per load level: every variant's tokens/s, ratio to the baseline and TTFT, and the level's decision."""
+    if results.load is None:
+        return None
+    data = results.load.model_dump()
+    data["variants"] = {
+        vr.name: {
+            lr.level: {
+                "output_tokens_per_s": lr.metrics.output_tokens_per_s.model_dump()
+                if lr.metrics.output_tokens_per_s
+                else None,
+                "vs_baseline": lr.vs_baseline.model_dump() if lr.vs_baseline else None,
+                "ttft_s": lr.metrics.ttft_s,
+                "tpot_s": lr.metrics.tpot_s,
+                "goodput": lr.metrics.goodput.model_dump() if lr.metrics.goodput else None,
+                "acceptance_rate": lr.acceptance_rate,
+            }
+            for lr in vr.load
+        }
+        for vr in results.variants
+        if vr.load
+    }
+    return data
 
 
 def _render(results: RunResults, *, as_json: bool) -> None:

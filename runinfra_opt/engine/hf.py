@@ -141,7 +141,7 @@ class HFEngine:
     Implements `engine.protocol.ProfilingEngine`: every capability."""
 
     name = "transformers"
-    capabilities = frozenset(Capability)
+    capabilities = frozenset(Capability) - {Capability.SERVE_LOAD}
     interleaves = True
 
     def __init__(

@@ -9,16 +9,20 @@ the caller before it uses the matching method:
 - `PROFILE`: teacher-forced agreement / acceptance probabilities of drafters (`agreement`, `acceptance`):
   what the predictor simulates from;
 - `COST_TABLE`: a measured forward-time table of the target and its drafters (`measure_costs`);
-- `EARLY_EXIT`: drafting from the target's own first layers (its hidden states).
+- `EARLY_EXIT`: drafting from the target's own first layers (its hidden states);
+- `SERVE_LOAD`: serving many requests at once under a load level (`runinfra_opt.load`: replay, a closed loop,
+  a rate) on the variant's own server (`run_load`), the server's draft counters over the level included.
 
-The in-process transformers engine (`runinfra_opt.engine.hf`) has them all; an HTTP serving engine has only
-some, and `optimize` then says which steps it skips and why. Nothing here imports torch.
+The in-process transformers engine (`runinfra_opt.engine.hf`) has all but `SERVE_LOAD` (it runs one request at a
+time); the vLLM serving engine has only `SERVE_LOAD`, and `optimize` then says which steps it skips and why.
+Nothing here imports torch.
 """
 
 from __future__ import annotations
 
 import platform
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -29,6 +33,7 @@ from runinfra_opt.workload.model import Request
 
 if TYPE_CHECKING:  # pragma: no cover
     from runinfra_opt.engine.prompts import PromptTokenizer
+    from runinfra_opt.load import LevelRun, LoadLevel
 
 TokenSequence = tuple[list[int], list[int]]
 """(prompt_ids, output_ids): a request's prompt and the target's output, as token ids."""
@@ -39,6 +44,7 @@ class Capability(StrEnum):
     PROFILE = "profile"
     COST_TABLE = "cost_table"
     EARLY_EXIT = "early_exit"
+    SERVE_LOAD = "serve_load"
 
 
 class Engine(Protocol):
@@ -118,6 +124,25 @@ class CostMeter(Protocol):
     ) -> tuple[list[Any], dict[str, Any]]:
         """(cost samples for the target, every drafter and every candidate search the engine can time,
         provenance: measured or cached, cache files)."""
+        ...
+
+
+@dataclass
+class LoadMeasurement:
+    """One variant under one load level: the raw run and the server's draft counters over it."""
+
+    run: LevelRun
+    drafted_tokens: int | None = None
+    accepted_tokens: int | None = None
+
+
+class LoadServer(Protocol):
+    """`Capability.SERVE_LOAD`: many requests in flight on the variant's server, offered as `level` says."""
+
+    def run_load(
+        self, variant: Variant, level: LoadLevel, requests: Sequence[Request], *, max_tokens: int
+    ) -> LoadMeasurement:
+        """Send `requests` under `level` (a warm-up first, untimed) and return what the runner recorded."""
         ...
 
 

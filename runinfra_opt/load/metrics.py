@@ -19,6 +19,7 @@ and the metrics say so (`MeasuredWindow.steady`).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -193,11 +194,24 @@ def throughput_ratio(
                 column.append(value)
     if not columns[0] or sum(columns[1]) <= 0 or sum(columns[2]) <= 0 or sum(columns[3]) <= 0:
         return None
-    return bootstrap_interval(_ratio, columns, seed=seed)
+    import numpy as np
+
+    with np.errstate(invalid="ignore", over="ignore"):  # resamples at +inf (see `_ratio`)
+        interval = bootstrap_interval(_ratio, columns, seed=seed)
+    if not all(math.isfinite(x) for x in (interval.value, interval.low, interval.high)):
+        return None  # too few requests streamed inside the baseline's window for a ratio (a run too short)
+    return interval
 
 
 def _ratio(tokens: Any, shares: Any, base_tokens: Any, base_shares: Any, axis: int = -1) -> Any:
-    return _tokens_per_s(tokens, shares, axis) / _tokens_per_s(base_tokens, base_shares, axis)
+    """Tokens/s over the baseline's; +inf for a resample in which the baseline streamed nothing inside its
+    window (a short run), so that such resamples push the interval to infinity rather than vanish."""
+    import numpy as np
+
+    mine = _tokens_per_s(tokens, shares, axis)
+    theirs = _tokens_per_s(base_tokens, base_shares, axis)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(theirs > 0, mine / np.where(theirs > 0, theirs, 1.0), np.inf)
 
 
 def _tokens_per_s(tokens: Any, shares: Any, axis: int = -1) -> Any:

@@ -8,6 +8,7 @@ from typing import Any, Literal
 
 from runinfra_opt.engine import registry as engine_registry
 from runinfra_opt.errors import UserInputError
+from runinfra_opt.load.spec import check_burstiness, check_time_scale, parse_load
 from runinfra_opt.methods import get_method
 from runinfra_opt.methods import registry as method_registry
 
@@ -178,6 +179,18 @@ class OptimizeConfig:
     """`--trial-resources`, e.g. `num_cpus=4,num_gpus=1` (None: one GPU on CUDA, else --threads CPUs)."""
     max_retries: int = DEFAULT_MAX_RETRIES
     """Times a trial whose worker or node died is submitted again before it is reported as failed."""
+    load: str = "auto"
+    """`--load`: the load levels every measured variant is served under (engines with `serve_load`: vllm), e.g.
+    `replay+concurrency:1,4,16`; `auto`: on vllm, the recorded arrivals (when the workload has them) plus a
+    concurrency sweep sized to the requests (`optimize.underload.auto_levels`), on transformers nothing; `none`:
+    batch 1 only."""
+    time_scale: float = 1.0
+    """`--time-scale`: replay's gaps multiplied by this (0.5 replays twice as fast)."""
+    burstiness: float = 1.0
+    """`--burstiness`: rate levels' gamma shape (1: Poisson)."""
+    slo_ttft_ms: float | None = None
+    slo_tpot_ms: float | None = None
+    """`--slo-ttft-ms` / `--slo-tpot-ms`: the service levels goodput counts (under load)."""
 
     def __post_init__(self) -> None:
         if self.priority not in ("throughput", "ttft"):
@@ -222,7 +235,24 @@ class OptimizeConfig:
             raise UserInputError(f"--max-retries {self.max_retries}: must be >= 0")
         if self.methods is not None and "draft" in self.methods and not self.drafts:
             raise UserInputError("--methods draft needs at least one --draft model")
+        self._check_load()
         method_registry.check_drafts(self.drafts)  # e.g. --draft eagle3:PATH: PATH/config.json must exist
+
+    def _check_load(self) -> None:
+        check_time_scale(self.time_scale)
+        check_burstiness(self.burstiness)
+        for option, value in (("--slo-ttft-ms", self.slo_ttft_ms), ("--slo-tpot-ms", self.slo_tpot_ms)):
+            if value is not None and not value > 0:
+                raise UserInputError(f"{option} {value:g}: must be > 0 (milliseconds)")
+        spec = self.load.strip().lower()
+        if spec in ("auto", "none"):
+            return
+        parse_load(self.load, time_scale=self.time_scale, burstiness=self.burstiness, seed=self.seed)
+        if self.engine != "vllm":
+            raise UserInputError(
+                f"--load {self.load}: the {self.engine} engine runs one request at a time; load levels need a "
+                "serving engine (--engine vllm)"
+            )
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)

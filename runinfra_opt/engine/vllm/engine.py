@@ -12,8 +12,15 @@ to `/v1/completions`, streamed, with top-2 log-probabilities (exact output ids, 
 top two candidates at every position: the near-tie rule of `records.compare_to_baseline`). `/metrics` is
 scraped around each request (batch 1: the counters' difference is that request's drafts and accepted tokens).
 
-Capabilities: none of profiling, cost tables or early exit (vLLM has no early-exit drafting); `optimize` times
-every variant (the serving-engine predictor is a later step).
+Under load (`Capability.SERVE_LOAD`, `run_load`): a load level (`runinfra_opt.load`: replay of the recorded
+arrivals, a closed loop of N in flight, a rate) is offered to the variant's server through a client whose
+connection pool does not cap the requests in flight; no log-probabilities are requested there (they cost the
+server about 8% of its throughput here: `benchmarks/results/vllm_client_overhead-quiet-2026-12-01.json`), so
+losslessness is judged at batch 1, where every output is checked. `/metrics` is scraped before and after the
+level: its drafted and accepted tokens.
+
+Capabilities: `SERVE_LOAD` only; none of profiling, cost tables or early exit (vLLM has no early-exit
+drafting), so `optimize` times every variant (the serving-engine predictor is a later step).
 """
 
 from __future__ import annotations
@@ -26,12 +33,13 @@ from pathlib import Path
 from typing import Any
 
 from runinfra_opt.engine.prompts import PromptTokenizer
-from runinfra_opt.engine.protocol import Capability, cpu_model_name
+from runinfra_opt.engine.protocol import Capability, LoadMeasurement, cpu_model_name
 from runinfra_opt.engine.vllm import metrics
 from runinfra_opt.engine.vllm.client import CompletionRequest, OpenAIClient, RequestResult
 from runinfra_opt.engine.vllm.environment import VllmEnvironment, resolve_environment
 from runinfra_opt.engine.vllm.server import DEFAULT_STARTUP_TIMEOUT_S, ServerConfig, ServeSettings, VllmServer
 from runinfra_opt.errors import EngineError, UserInputError
+from runinfra_opt.load import LoadLevel, plan, run_level
 from runinfra_opt.methods import Variant, get_method
 from runinfra_opt.methods.registry import draft_owner
 from runinfra_opt.records import RequestRecord
@@ -79,7 +87,7 @@ class VllmEngine:
     """Implements `engine.protocol.Engine` on vLLM servers, one per variant at a time."""
 
     name = "vllm"
-    capabilities: frozenset[Capability] = frozenset()
+    capabilities: frozenset[Capability] = frozenset({Capability.SERVE_LOAD})
     interleaves = False
 
     def __init__(
@@ -201,7 +209,9 @@ class VllmEngine:
         assert self._client is not None
         return self._loop.run_until_complete(self._client.complete(request))
 
-    def _completion(self, request: Request, max_tokens: int, request_id: str | None = None) -> CompletionRequest:
+    def _completion(
+        self, request: Request, max_tokens: int, request_id: str | None = None, *, top_logprobs: int = 2
+    ) -> CompletionRequest:
         return CompletionRequest(
             request_id or request.id,
             self.prompts.max_new_tokens(request, max_tokens),
@@ -209,7 +219,7 @@ class VllmEngine:
             temperature=float(request.temperature or 0.0),
             top_p=request.top_p,
             seed=request.seed if request.seed is not None else (0 if not request.greedy else None),
-            top_logprobs=2,
+            top_logprobs=top_logprobs,
         )
 
     # ---- the engine contract -------------------------------------------------------------------------------
@@ -251,6 +261,40 @@ class VllmEngine:
             accepted_tokens=round(counters.accepted_tokens),
             variant=variant.name,
             top_margins=top_margins(result),
+        )
+
+    def run_load(
+        self, variant: Variant, level: LoadLevel, requests: Sequence[Request], *, max_tokens: int
+    ) -> LoadMeasurement:
+        """`requests` offered to the variant's server under `level` (after the untimed warm-up requests), through
+        a client with no cap on connections; failed requests are records of the run, a dead server an error."""
+        for request in requests:
+            problem = self.prompts.too_long(request, max_tokens)
+            if problem is not None:
+                raise UserInputError(f"line {request.line}: {problem}")
+        server = self._server_for(variant)
+        if requests:
+            self.warmup(requests[0], variant, max_tokens=8)
+        completions = {r.id: self._completion(r, max_tokens, top_logprobs=0) for r in requests}
+        client = OpenAIClient(server.base_url, server.api_key, server.model_name, max_connections=None)
+
+        async def measure() -> Any:
+            async with client:
+
+                async def send(request: Request) -> RequestResult:
+                    return await client.complete(completions[request.id])
+
+                return await run_level(level, plan(level, requests), send)
+
+        before = self._scrape(server, variant)
+        run = self._loop.run_until_complete(measure())
+        counters = self._scrape(server, variant).minus(before)
+        if any(not r.success for r in run.records):
+            server.check_alive()  # a server that died mid-level: its log, not N failed requests
+        return LoadMeasurement(
+            run=run,
+            drafted_tokens=round(counters.draft_tokens),
+            accepted_tokens=round(counters.accepted_tokens),
         )
 
     def _scrape(self, server: VllmServer, variant: Variant) -> metrics.EngineCounters:

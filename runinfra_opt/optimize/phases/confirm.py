@@ -14,6 +14,7 @@ from typing import Any
 
 from runinfra_opt.errors import EngineError
 from runinfra_opt.methods import BASELINE, Variant, get_method
+from runinfra_opt.optimize import underload
 from runinfra_opt.optimize.config import OptimizeConfig
 from runinfra_opt.optimize.plan import replan_confirmation
 from runinfra_opt.optimize.state import WARMUP_TOKENS, RunState
@@ -202,22 +203,27 @@ def _time_by_variant(state: RunState, variants: list[Variant]) -> None:
     engine, results = state.engine, state.results
     repeats = state.plan.repeats
     reference = state.baseline_records()
-    total = len(variants) * len(state.requests) * repeats
+    levels = underload.levels_of(state)
+    total = len(variants) * (len(state.requests) * repeats + len(levels))
+    under = f", then {len(levels)} load level(s)" if levels else ""
     state.reporter.phase(
-        "confirm", total, f"timing {len(variants) - 1} candidate(s) x {repeats} repeat(s), one server each"
+        "confirm", total, f"timing {len(variants) - 1} candidate(s) x {repeats} repeat(s){under}, one server each"
     )
     for variant in variants:
         vr = state.variant_result(variant)
         done = {(r.request_id, r.repeat) for r in vr.measured_requests}
         todo = [(rep, req) for rep in range(repeats) for req in state.requests if (req.id, rep) not in done]
-        for _ in range(len(state.requests) * repeats - len(todo)):
+        levels_done = {lr.level for lr in vr.load}
+        levels_todo = [level for level in levels if level.name not in levels_done]
+        for _ in range(len(state.requests) * repeats - len(todo) + len(levels) - len(levels_todo)):
             state.reporter.advance()
-        if not todo or vr.failed:
-            for _ in todo:
+        if (not todo and not levels_todo) or vr.failed:
+            for _ in range(len(todo) + len(levels_todo)):
                 state.reporter.advance()
             continue
         try:
-            engine.warmup(todo[0][1], variant, max_tokens=WARMUP_TOKENS)
+            if todo:
+                engine.warmup(todo[0][1], variant, max_tokens=WARMUP_TOKENS)
             for repeat, request in todo:
                 record = engine.generate(request, variant, max_tokens=state.max_tokens, repeat=repeat)
                 if request.id in reference:
@@ -225,6 +231,7 @@ def _time_by_variant(state: RunState, variants: list[Variant]) -> None:
                 vr.measured_requests.append(record)
                 state.save()
                 state.reporter.advance(f"{variant.name} {request.id}")
+            underload.measure(state, variant)  # on the same server, while it is up
         except EngineError as exc:
             if not variant.is_speculative:
                 raise

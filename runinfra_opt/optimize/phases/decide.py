@@ -8,6 +8,7 @@ Raises `NoFeasibleVariantError` (status `no_feasible`) when no variant satisfies
 from __future__ import annotations
 
 from runinfra_opt.methods import BASELINE
+from runinfra_opt.optimize import underload
 from runinfra_opt.optimize.state import RunState
 from runinfra_opt.results import QueueSimulation
 
@@ -33,7 +34,8 @@ def run(state: RunState) -> None:
         results.phase = "decide"
         state.save()
         raise
-    decision.queue = _queue(state, decision.winner)
+    underload.decide_levels(state, decision)  # per load level; at the recorded load, its winner is the decision
+    decision.queue = _queue(state, decision.winner) if results.load is None else []
     results.decision = decision
 
 

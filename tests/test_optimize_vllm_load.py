@@ -1,0 +1,287 @@
+"""Serving under load (`optimize --engine vllm --load ...`) through the real CLI against the stand-in server
+(tests/fake_vllm), and the per-level rules (decisions, crossovers, auto levels) on results built in code."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+from runinfra_opt.cli.app import app
+from runinfra_opt.load import Concurrency, Replay
+from runinfra_opt.load.store import read_run
+from runinfra_opt.optimize.underload import auto_levels, crossover_of, level_decision
+from runinfra_opt.results import (
+    Interval,
+    LevelMetrics,
+    LevelResult,
+    LoadSummary,
+    RunResults,
+    VariantResult,
+    load_results,
+)
+from runinfra_opt.workload.model import Request
+
+FAKE_VLLM = Path(__file__).parent / "fake_vllm"
+PROMPTS = [
+    "copy copy copy this line: alpha beta gamma",
+    "the quick brown fox jumps over the lazy dog",
+    "one two three four five six",
+    "alpha beta gamma alpha beta gamma alpha",
+    "red green blue red green blue",
+    "a b c d e f g a b c d",
+]
+
+
+@pytest.fixture
+def fake_vllm(monkeypatch: pytest.MonkeyPatch) -> str:
+    monkeypatch.setenv("PYTHONPATH", str(FAKE_VLLM))
+    monkeypatch.delenv("FAKE_VLLM_MODE", raising=False)
+    monkeypatch.delenv("FAKE_VLLM_SPEC", raising=False)
+    return sys.executable
+
+
+def _workload(tmp_path: Path, *, arrivals: bool = True) -> Path:
+    path = tmp_path / "w.jsonl"
+    rows: list[dict[str, Any]] = []
+    for i, prompt in enumerate(PROMPTS):
+        row: dict[str, Any] = {"id": f"r{i}", "category": "copy", "prompt": prompt}
+        if arrivals:
+            row["arrival_s"] = round(0.5 * i, 3)
+        rows.append(row)
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def _optimize(runner: CliRunner, python: str, target: Path, workload: Path, tmp_path: Path, *extra: str) -> Any:
+    args = ["optimize", "--engine", "vllm", "--vllm-python", python, "--target", str(target)]
+    args += ["--workload", str(workload), "--methods", "vllm_ngram", "--lookahead", "2", "--ngram-max", "3"]
+    args += ["--max-tokens", "8", "--repeats", "1", "--run-dir", str(tmp_path / "run")]
+    args += ["--out", str(tmp_path / "m.yaml"), "--json", *extra]
+    return runner.invoke(app, args, catch_exceptions=False)
+
+
+def test_every_variant_is_measured_at_every_level_on_its_server(
+    runner: CliRunner, fake_vllm: str, tiny_models: tuple[Path, Path], tmp_path: Path
+) -> None:
+    workload = _workload(tmp_path)
+    result = _optimize(
+        runner, fake_vllm, tiny_models[0], workload, tmp_path, "--load", "replay+concurrency:1,2", "--time-scale", "0.1"
+    )
+    assert result.exit_code == 0, result.output
+    run_dir = tmp_path / "run"
+    results = load_results(run_dir / "results.json")
+    assert results.load is not None
+    assert results.load.levels == ["replay", "concurrency:1", "concurrency:2"]
+    assert results.load.time_scale == 0.1
+    measured = [vr for vr in results.variants if vr.confirmed]
+    assert [vr.name for vr in measured] == ["baseline", "vllm_ngram-m1-n3-k2"]
+    assert len(results.launches) == 2  # the load levels ran on the server of the batch-1 timing: no relaunch
+    for vr in measured:
+        assert [lr.level for lr in vr.load] == results.load.levels
+        for lr in vr.load:
+            assert lr.metrics.requests == len(PROMPTS)
+            assert lr.metrics.succeeded == len(PROMPTS)
+            assert lr.metrics.output_tokens_per_s is not None
+            assert lr.metrics.output_tokens_per_s.value > 0
+            assert lr.records is not None
+            run = read_run(run_dir / lr.records)
+            assert run.level.name == lr.level
+            assert sorted(r.request_id for r in run.records) == [f"r{i}" for i in range(len(PROMPTS))]
+    replay = read_run(run_dir / measured[0].load[0].records)  # type: ignore[arg-type]
+    planned = sorted(r.planned_s for r in replay.records)
+    assert planned == pytest.approx([0.05 * i for i in range(len(PROMPTS))])  # recorded gaps x 0.1
+    assert max(r.peak_in_flight for r in [replay]) >= 1
+    spec = results.variant("vllm_ngram-m1-n3-k2")
+    assert spec is not None
+    assert all(lr.vs_baseline is not None for lr in spec.load)
+    assert all(lr.drafted_tokens is not None for lr in spec.load)
+    assert results.variant("baseline").load[0].vs_baseline is None  # type: ignore[union-attr]
+    assert [d.level for d in results.load.decisions] == results.load.levels
+    assert results.load.deploy_level == "replay"
+    assert results.decision is not None
+    assert results.decision.reason.startswith("At the recorded load (replay, time x0.1):")
+    replay_winner = results.load.decisions[0].winner
+    assert results.decision.winner == replay_winner
+    printed = json.loads(result.stdout)
+    assert printed["load"]["levels"] == results.load.levels
+    assert set(printed["load"]["variants"]) == {"baseline", "vllm_ngram-m1-n3-k2"}
+
+
+def test_load_none_measures_batch_one_only(
+    runner: CliRunner, fake_vllm: str, tiny_models: tuple[Path, Path], tmp_path: Path
+) -> None:
+    result = _optimize(runner, fake_vllm, tiny_models[0], _workload(tmp_path), tmp_path, "--load", "none")
+    assert result.exit_code == 0, result.output
+    results = load_results(tmp_path / "run" / "results.json")
+    assert results.load is None
+    assert all(not vr.load for vr in results.variants)
+    assert not (tmp_path / "run" / "load").exists()
+
+
+def test_replay_of_a_workload_without_arrivals_is_one_clear_error(
+    runner: CliRunner, fake_vllm: str, tiny_models: tuple[Path, Path], tmp_path: Path
+) -> None:
+    workload = _workload(tmp_path, arrivals=False)
+    result = _optimize(runner, fake_vllm, tiny_models[0], workload, tmp_path, "--load", "replay")
+    assert result.exit_code == 2
+    assert "--load replay: replay needs every request's arrival time, and line 1 (r0) has no arrival_s" in result.output
+    assert "Traceback" not in result.output
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--load", "concurrency:4"], "--load concurrency:4: the transformers engine runs one request at a time"),
+        (["--load", "rate:fast"], "--load 'rate:fast': rate 'fast' is not a number"),
+        (["--time-scale", "0"], "--time-scale: must be a number > 0"),
+        (["--slo-ttft-ms", "-5"], "--slo-ttft-ms -5: must be > 0"),
+    ],
+)
+def test_bad_load_options_are_one_line(runner: CliRunner, tmp_path: Path, extra: list[str], message: str) -> None:
+    result = runner.invoke(app, ["optimize", "--workload", "chat", "--run-dir", str(tmp_path / "r"), *extra])
+    assert result.exit_code == 2
+    assert message in result.output
+    assert "Traceback" not in result.output
+
+
+# ---- the rules, on results built in code ------------------------------------------------------------------
+
+
+def _metrics(level: str, tokens: float, ttft: float, goodput: float | None = None) -> LevelMetrics:
+    return LevelMetrics(
+        level=level,
+        description=level,
+        runs=1,
+        requests=24,
+        succeeded=24,
+        failed=0,
+        windows=[],
+        output_tokens_per_s=Interval(value=tokens, low=tokens * 0.95, high=tokens * 1.05),
+        requests_per_s=1.0,
+        ttft_s={"p50": ttft, "p95": ttft * 1.5},
+        tpot_s={},
+        itl_s={},
+        e2e_s={},
+        send_lag_s={},
+        late_requests=0,
+        peak_in_flight=4,
+        goodput=None if goodput is None else Interval(value=goodput, low=goodput - 0.05, high=min(1, goodput + 0.05)),
+    )
+
+
+def _results(curves: dict[str, dict[str, tuple[float, float | None]]], *, slo: bool = False) -> RunResults:
+    """curves: variant -> level -> (tokens/s, ratio to the baseline or None)."""
+    variants = []
+    for name, per_level in curves.items():
+        method = "baseline" if name == "baseline" else "vllm_ngram"
+        lookahead = 0 if name == "baseline" else int(name.rsplit("k", 1)[1])
+        load = [
+            LevelResult(
+                level=level,
+                metrics=_metrics(level, tokens, 0.2, goodput=0.9 if slo else None),
+                vs_baseline=None if ratio is None else Interval(value=ratio, low=ratio - 0.06, high=ratio + 0.06),
+            )
+            for level, (tokens, ratio) in per_level.items()
+        ]
+        variants.append(
+            VariantResult(name=name, variant={"method": method, "lookahead": lookahead}, confirmed=True, load=load)
+        )
+    levels = list(next(iter(curves.values())))
+    return RunResults(
+        run_id="x",
+        created_at="2026-12-01T00:00:00Z",
+        variants=variants,
+        load=LoadSummary(spec="+".join(levels), levels=levels, slo_ttft_ms=500 if slo else None),
+    )
+
+
+CURVES = {
+    "baseline": {"concurrency:1": (10.0, None), "concurrency:4": (30.0, None), "concurrency:16": (60.0, None)},
+    "vllm_ngram-m1-n3-k2": {
+        "concurrency:1": (13.0, 1.3),
+        "concurrency:4": (33.0, 1.1),
+        "concurrency:16": (51.0, 0.85),
+    },
+    "vllm_ngram-m1-n3-k4": {
+        "concurrency:1": (14.0, 1.4),
+        "concurrency:4": (32.0, 1.07),
+        "concurrency:16": (45.0, 0.75),
+    },
+}
+
+
+def _decide(results: RunResults, level: str, **kwargs: Any) -> Any:
+    options = {"priority": "throughput", "percentile": "p95", "max_ttft_ms": None, "max_ttft_regression": None}
+    options.update(min_speedup=1.05)
+    options.update(kwargs)
+    return level_decision(results, level, **options)
+
+
+def test_each_level_is_won_by_its_fastest_lossless_variant() -> None:
+    results = _results(CURVES)
+    assert _decide(results, "concurrency:1").winner == "vllm_ngram-m1-n3-k4"
+    four = _decide(results, "concurrency:4")
+    assert four.winner == "vllm_ngram-m1-n3-k2"
+    assert four.gain.value == pytest.approx(1.1)
+    sixteen = _decide(results, "concurrency:16")
+    assert sixteen.winner == "baseline"
+    assert "slower than the baseline" in sixteen.reason
+    # the same figures with k4 disqualified at batch 1 (its output differed): it never wins a level
+    results.variant("vllm_ngram-m1-n3-k4").disqualified = "greedy output differs"  # type: ignore[union-attr]
+    assert _decide(results, "concurrency:1").winner == "vllm_ngram-m1-n3-k2"
+    # a TTFT cap at the level's percentile rules variants out there
+    capped = _decide(results, "concurrency:4", max_ttft_ms=100)
+    assert capped.winner == "baseline"
+    assert "over --max-ttft-ms" in capped.reason
+
+
+def test_a_gain_whose_interval_reaches_one_keeps_the_baseline() -> None:
+    curves = {
+        "baseline": {"concurrency:1": (10.0, None)},
+        "vllm_ngram-m1-n3-k2": {"concurrency:1": (10.5, 1.05)},  # interval 0.99-1.11
+    }
+    decision = _decide(_results(curves), "concurrency:1")
+    assert decision.winner == "baseline"
+    assert "its interval reaches 1" in decision.reason
+
+
+def test_with_an_slo_a_variant_below_the_baselines_goodput_cannot_win() -> None:
+    results = _results(CURVES, slo=True)
+    k4 = results.variant("vllm_ngram-m1-n3-k4")
+    k4.load[0].metrics.goodput = Interval(value=0.7, low=0.6, high=0.8)  # type: ignore[union-attr]
+    decision = _decide(results, "concurrency:1")
+    assert decision.winner == "vllm_ngram-m1-n3-k2"
+    assert "goodput 70% below the baseline's 90%" in decision.reason
+
+
+def test_the_crossover_is_where_the_ratio_falls_through_one() -> None:
+    points = [
+        (1, Interval(value=1.3, low=1.2, high=1.4)),
+        (4, Interval(value=1.1, low=1.0, high=1.2)),
+        (16, Interval(value=0.9, low=0.85, high=0.95)),
+    ]
+    crossing = crossover_of("v", "vllm_ngram", points)
+    assert crossing.status == "crosses"
+    assert crossing.concurrency == pytest.approx(8.0, rel=1e-3)  # halfway from 1.1 to 0.9 in log(concurrency)
+    assert crossing.low == pytest.approx(4.0)  # the lower bound reaches 1 at 4
+    assert crossing.high is not None
+    assert 8.0 < crossing.high < 16.0
+    assert "stops paying at concurrency ~8.0" in crossing.text
+    assert crossover_of("v", "m", [(1, points[0][1]), (4, points[0][1])]).status == "pays_everywhere"
+    assert crossover_of("v", "m", [(1, points[2][1]), (4, points[2][1])]).status == "never_pays"
+    bumpy = [points[0], points[2], (16, Interval(value=1.2, low=1.1, high=1.3))]
+    assert crossover_of("v", "m", bumpy).status == "unclear"
+
+
+def test_auto_levels_fit_the_requests() -> None:
+    with_arrivals = [Request(id=f"r{i}", line=i + 1, prompt="x", arrival_s=float(i)) for i in range(24)]
+    assert auto_levels(with_arrivals, 0.5) == [Replay(0.5), Concurrency(1), Concurrency(2), Concurrency(4),
+                                               Concurrency(8)]  # fmt: skip
+    without = [Request(id=f"r{i}", line=i + 1, prompt="x") for i in range(200)]
+    assert auto_levels(without) == [Concurrency(1), Concurrency(4), Concurrency(16), Concurrency(64)]
+    assert auto_levels(without[:2]) == [Concurrency(1)]
