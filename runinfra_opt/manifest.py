@@ -33,7 +33,7 @@ from runinfra_opt.errors import InputProblems, RuninfraError, UserInputError
 from runinfra_opt.exitcodes import ExitCode
 from runinfra_opt.fsutil import atomic_write_text
 from runinfra_opt.methods import Variant, draft_short_name, get_method
-from runinfra_opt.results import Decision, ModelInfo, RunResults, Summary
+from runinfra_opt.results import Decision, Interval, ModelInfo, RunResults, Summary
 
 API_VERSION = "runinfra.dev/v1"
 KIND = "ServingOptimization"
@@ -128,6 +128,48 @@ def _measured(results: RunResults, decision: Decision) -> dict[str, Any]:
         out["baselineTokensPerS"] = base.tokens_per_s
         out["baselineTtftMs"] = _percentiles_ms(base.ttft_s)
     return out
+
+
+def _interval(value: Interval | None) -> dict[str, float] | None:
+    return {"value": value.value, "low": value.low, "high": value.high} if value is not None else None
+
+
+def _under_load(results: RunResults) -> dict[str, Any]:
+    """`decision.underLoad` when the run measured load levels (nothing otherwise: batch-1 manifests are unchanged)."""
+    load = results.load
+    if load is None:
+        return {}
+    schedule = load.schedule
+    return {
+        "underLoad": {
+            "spec": load.spec,
+            "timeScale": load.time_scale,
+            "sloTtftMs": load.slo_ttft_ms,
+            "sloTpotMs": load.slo_tpot_ms,
+            "deployLevel": load.deploy_level,
+            "levels": [{"level": d.level, "winner": d.winner, "gain": _interval(d.gain)} for d in load.decisions],
+            "crossovers": [
+                {
+                    "variant": c.variant,
+                    "method": c.method,
+                    "status": c.status,
+                    "concurrency": c.concurrency,
+                    "low": c.low,
+                    "high": c.high,
+                }
+                for c in load.crossovers
+            ],
+            "schedule": None
+            if schedule is None
+            else {
+                "variant": schedule.variant,
+                "schedule": schedule.schedule,
+                "verified": schedule.verified,
+                "written": schedule.written,
+                "reason": schedule.reason,
+            },
+        }
+    }
 
 
 def vllm_serve_settings(results: RunResults) -> ServeSettings:
@@ -251,6 +293,7 @@ def build_manifest(results: RunResults) -> dict[str, Any]:
                 {"category": c.category, "best": c.best, "speedup": c.speedup, "requests": c.requests}
                 for c in decision.per_category
             ],
+            **_under_load(results),
         },
         "speculative": speculative,
         "serving": {

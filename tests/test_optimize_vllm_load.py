@@ -107,6 +107,14 @@ def test_every_variant_is_measured_at_every_level_on_its_server(
     assert results.decision.reason.startswith("At the recorded load (replay, time x0.1):")
     replay_winner = results.load.decisions[0].winner
     assert results.decision.winner == replay_winner
+    import yaml
+
+    manifest = yaml.safe_load((tmp_path / "m.yaml").read_text())
+    under = manifest["decision"]["underLoad"]
+    assert under["deployLevel"] == "replay"
+    assert [row["level"] for row in under["levels"]] == results.load.levels
+    assert [row["winner"] for row in under["levels"]] == [d.winner for d in results.load.decisions]
+    assert manifest["decision"]["winner"] == replay_winner
     printed = json.loads(result.stdout)
     assert printed["load"]["levels"] == results.load.levels
     assert set(printed["load"]["variants"]) == {"baseline", "vllm_ngram-m1-n3-k2"}
@@ -120,6 +128,7 @@ def test_load_none_measures_batch_one_only(
     results = load_results(tmp_path / "run" / "results.json")
     assert results.load is None
     assert all(not vr.load for vr in results.variants)
+    assert "underLoad" not in (tmp_path / "m.yaml").read_text()
     assert not (tmp_path / "run" / "load").exists()
 
 
