@@ -124,9 +124,20 @@ def run(state: RunState) -> None:
 
         time_trials(state, variants)  # one trial per variant, each with its own baseline repeats on its node
     elif not getattr(state.engine, "interleaves", True):
-        _time_by_variant(state, variants)
+        time_by_variant(state, variants)
     else:
         _time_locally(state, variants)
+    summarize_measured(state, variants)
+    for trial in results.trials:
+        if trial.status == "failed":
+            note = f"trial {trial.id} failed after {trial.attempts} attempt(s): {trial.error}"
+            if note not in [n.text for n in results.notes]:
+                results.add_note(note, kind="left_out")
+
+
+def summarize_measured(state: RunState, variants: list[Variant]) -> None:
+    """Each timed variant's summaries (against the baseline's repeats), confirmed flag and disqualification."""
+    results = state.results
     baseline_rows = state.variant_result(BASELINE).measured_requests
     for variant in variants:
         vr = state.variant_result(variant)
@@ -153,11 +164,6 @@ def run(state: RunState) -> None:
                 "the baseline's own output changed between runs on request(s) "
                 f"{', '.join(mismatched)} (non-deterministic decoding on this device)"
             )
-    for trial in results.trials:
-        if trial.status == "failed":
-            note = f"trial {trial.id} failed after {trial.attempts} attempt(s): {trial.error}"
-            if note not in [n.text for n in results.notes]:
-                results.add_note(note, kind="left_out")
 
 
 def _time_locally(state: RunState, variants: list[Variant]) -> None:
@@ -195,7 +201,7 @@ def _time_locally(state: RunState, variants: list[Variant]) -> None:
     state.reporter.end_phase()
 
 
-def _time_by_variant(state: RunState, variants: list[Variant]) -> None:
+def time_by_variant(state: RunState, variants: list[Variant]) -> None:
     """Variant by variant (an engine with a server per variant: a launch per switch would dominate), baseline
     first; within a variant, every request and repeat. A variant whose server or a request fails is marked
     failed with the reason and the run goes on with the others; the baseline failing ends the run."""
