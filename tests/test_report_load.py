@@ -20,6 +20,7 @@ from rich.console import Console
 from typer.testing import CliRunner
 
 from runinfra_opt.cli.app import app
+from runinfra_opt.report import render_markdown, render_table
 from runinfra_opt.report.summary import render_summary
 from runinfra_opt.results import (
     Crossover,
@@ -34,6 +35,7 @@ from runinfra_opt.results import (
     save_results,
 )
 from tests.report_fixtures import Spec, build_results
+from tests.test_report import check_snapshot
 
 BASE = "baseline"
 K4 = "vllm_ngram-m1-n3-k4"
@@ -120,6 +122,8 @@ def load_results(
                 metrics.output_tokens_per_s = Interval(value=iv.value * factor, low=iv.low * factor,
                                                        high=iv.high * factor)
             ratio = FIGURES[level][result.name][1]
+            if ratio is not None:
+                ratio = (ratio[0] * factor, ratio[1] * factor, ratio[2] * factor)
             speculative = result.name != BASE
             result.load.append(LevelResult(
                 level=level,
@@ -273,6 +277,15 @@ def test_optimize_summary_lists_winners_per_level() -> None:
     assert "Crossover: " + K4 in text
 
 
+def test_snapshots() -> None:
+    """The whole report of the fixture, terminal and markdown (RUNINFRA_UPDATE_SNAPSHOTS=1 rewrites them)."""
+    results = load_results()
+    console = Console(width=100, file=io.StringIO(), color_system=None)
+    render_table(results, console)
+    check_snapshot("report_load.txt", console.file.getvalue())
+    check_snapshot("report_load.md", render_markdown(results))
+
+
 # HTML -----------------------------------------------------------------------------------------------------------
 
 
@@ -367,15 +380,15 @@ def test_run_without_load_has_no_section(runner: CliRunner, tmp_path: Path) -> N
 
 def test_compare_per_level(runner: CliRunner, tmp_path: Path) -> None:
     old = save(tmp_path, "old", load_results(levels=LEVELS[:3], run_id="old-run"))
-    new_results = load_results(levels=LEVELS[1:], run_id="new-run", scale={K4: 0.9})
+    new_results = load_results(levels=LEVELS[1:], run_id="new-run", scale={K4: 0.8})
     assert new_results.load is not None
-    new_results.load.decisions[0].winner = BASE  # k=4 slower in NEW: it lost at 1
+    new_results.load.decisions[0].winner = BASE  # k=4 slower in NEW: 1.04x [0.98,1.10] at 1, within noise
     new = save(tmp_path, "new", new_results)
     text = report(runner, "--compare", old, new, "--format", "markdown", "--max-regression", "100")
     assert "### Under load, per level (levels both runs measured)" in text
-    assert f"| concurrency:1 | {K4} | 34.7 | 31.2 | 0.90x | yes | 1.30x | 1.30x |" in text
+    assert f"| concurrency:1 | {K4} | 34.7 | 27.8 | 0.80x | yes | 1.30x | 1.04x |" in text
     assert f"| concurrency:1 | {BASE} | 26.7 | 26.7 | 1.00x | no | 1.00x | 1.00x |" in text
-    assert f"| concurrency:4 | {K4} | 99.0 | 89.1 | 0.90x | yes |" in text
+    assert f"| concurrency:4 | {K4} | 99.0 | 79.2 | 0.80x | yes | 1.01x | 0.81x |" in text
     assert "| concurrency:16 |" not in text.split("### Winner per load level")[0].split("### Under load")[1]
     assert f"| concurrency:1 | {K4} | {BASE} | CHANGED |" in text
     assert f"| concurrency:4 | {BASE} | {BASE} |  |" in text
@@ -384,12 +397,14 @@ def test_compare_per_level(runner: CliRunner, tmp_path: Path) -> None:
 
     table = report(runner, "--compare", old, new, "--max-regression", "100")
     assert "Under load, per level" in table
-    assert "0.90x" in table
+    assert re.search(rf"^concurrency:4 +{K4} +99\.0 +79\.2 +0\.80x +yes +1\.01x +0\.81x$", table, re.MULTILINE)
     data = json.loads(report(runner, "--compare", old, new, "--format", "json", "--max-regression", "100"))
     assert data["load"]["levels"] == ["concurrency:1", "concurrency:4"]
     ratios = {(d["level"], d["variant"]): d["ratio"] for d in data["load"]["variants"]}
-    assert ratios[("concurrency:4", K4)] == pytest.approx(0.9)
+    assert ratios[("concurrency:4", K4)] == pytest.approx(0.8)
     assert data["load"]["only_old"] == ["replay"]
+    assert [(w["level"], w["old"], w["new"], w["changed"]) for w in data["load"]["winners"]] == [
+        ("concurrency:1", K4, BASE, True), ("concurrency:4", BASE, BASE, False)]
 
 
 def test_compare_without_load_in_one_run(runner: CliRunner, tmp_path: Path) -> None:

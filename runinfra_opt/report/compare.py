@@ -109,6 +109,9 @@ class Comparison:
         data["failed"] = self.failed
         for item, change in zip(data["context"], self.context, strict=True):
             item["changed"] = change.changed
+        if self.load is not None:
+            for item, winners in zip(data["load"]["winners"], self.load.winners, strict=True):
+                item["changed"] = winners.changed
         return data
 
 
