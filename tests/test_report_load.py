@@ -20,7 +20,7 @@ from rich.console import Console
 from typer.testing import CliRunner
 
 from runinfra_opt.cli.app import app
-from runinfra_opt.report import render_markdown, render_table
+from runinfra_opt.report import render_html, render_markdown, render_table
 from runinfra_opt.report.summary import render_summary
 from runinfra_opt.results import (
     Crossover,
@@ -36,6 +36,7 @@ from runinfra_opt.results import (
 )
 from tests.report_fixtures import Spec, build_results
 from tests.test_report import check_snapshot
+from tests.test_report_browser import CHROMIUM, run_chromium
 
 BASE = "baseline"
 K4 = "vllm_ngram-m1-n3-k4"
@@ -414,3 +415,22 @@ def test_compare_without_load_in_one_run(runner: CliRunner, tmp_path: Path) -> N
     assert "Under load, per level" not in text
     assert f"only NEW ({new}) was measured under load (--load): no per-level comparison with OLD ({old})" in text
     assert json.loads(report(runner, "--compare", old, new, "-f", "json", "--max-regression", "100"))["load"] is None
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (see tests/test_report_browser.py)")
+def test_html_load_plots_draw_in_chromium(tmp_path: Path) -> None:
+    """plotly.js, offline, draws the three load plots (two panels each), the crossover's band and line, and its
+    label."""
+    page = tmp_path / "report-load.html"
+    page.write_text(render_html(load_results()), encoding="utf-8")
+    dom = run_chromium(tmp_path, "--dump-dom", page.as_uri())
+    assert dom.returncode == 0, dom.stderr[-2000:]
+    html = dom.stdout
+    drawn = re.findall(r'<div id="(plot-[a-z-]+)" class="[^"]*js-plotly-plot', html)
+    assert drawn == ["plot-lookahead", "plot-accepted", "plot-ttft", "plot-categories", "plot-load-throughput",
+                     "plot-load-ttft", "plot-load-goodput"]
+    section = html[html.index('id="plot-load-throughput"'):]
+    assert f"crossover {K4} at ~4.3 [2.6, 7.5]" in section
+    assert section.count('class="xtick"') >= 4  # 1, 4, 16 on the sweep, replay in its own panel
+    shapes = re.findall(r'<g class="shapelayer"[^>]*>(.*?)</g>', section[:section.index('id="plot-load-ttft"')])
+    assert sum(s.count("<path") for s in shapes) == 2  # the band and the line

@@ -73,7 +73,8 @@ def compare_load(old: RunResults, new: RunResults) -> LoadComparison | None:
     old_rows = {(r.level, r.variant): r for r in load_view.load_rows(old)}
     new_rows = {(r.level, r.variant): r for r in load_view.load_rows(new)}
     deltas = []
-    only_old_variants, only_new_variants = [], []
+    only_old_variants: list[str] = []
+    only_new_variants: list[str] = []
     old_winners, new_winners = load_view.winners(old), load_view.winners(new)
     for level in both:
         names = [key[1] for key in new_rows if key[0] == level]
