@@ -268,6 +268,21 @@ def test_schedule_written_and_not_written() -> None:
         "k schedule (batch 1-2: k=8, batch 3-16: k=4): not written: measured 0.96x the best fixed k at concurrency:4")
 
 
+def test_unchecked_outputs_under_load_are_said() -> None:
+    """An engine that gets no token ids under load leaves `mismatched` unset (None): the report says the outputs
+    were not compared there, instead of showing nothing."""
+    from runinfra_opt.report.load import note_lines
+
+    results = load_results()
+    for result in results.variants:
+        for level in result.load:
+            if result.name != BASE:
+                level.mismatched = None  # the schema on main allows None (not checked)
+    assert ("greedy outputs under load were not compared with the baseline's at 7 of 7 variant x level "
+            "measurements (losslessness is judged at batch 1)") in note_lines(results)
+    assert not any("differ from the baseline" in line for line in note_lines(results))
+
+
 def test_optimize_summary_lists_winners_per_level() -> None:
     console = Console(width=100, file=io.StringIO(), color_system=None)
     render_summary(load_results(), console)

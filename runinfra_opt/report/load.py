@@ -48,7 +48,8 @@ class LoadRow:
     tpot_p50_ms: float | None
     goodput: Interval | None
     acceptance_rate: float | None
-    mismatched: int
+    mismatched: int | None
+    """None: not checked under load (results files from engines that get no token ids under load)."""
     failed: int
     requests: int
     result: LevelResult
@@ -280,6 +281,11 @@ def note_lines(results: RunResults) -> list[str]:
             if row.variant not in names:
                 names.append(row.variant)
     lines = [f"{', '.join(names)}: {note}" for note, names in noted.items()]
+    unchecked = [row for row in rows if row.mismatched is None and not row.baseline]
+    if unchecked:
+        lines.append(f"greedy outputs under load were not compared with the baseline's at {len(unchecked)} of "
+                     f"{sum(not r.baseline for r in rows)} variant x level measurements (losslessness is judged at "
+                     "batch 1)")
     for row in rows:
         if row.mismatched:
             lines.append(f"{row.variant} at {row.level}: {row.mismatched} greedy output(s) differ from the "
