@@ -355,6 +355,14 @@ def test_html_sweep_only_has_one_panel(runner: CliRunner, tmp_path: Path) -> Non
     throughput = _plot_json(page, "plot-load-throughput")
     assert {t.get("xaxis", "x") for t in throughput["data"]} == {"x"}
     assert "The closed-loop concurrency sweep (requests in flight, log scale)." in page
+    assert "Dashed vertical line: where a speculative variant" in page
+
+    results = load_results(levels=LEVELS[1:])
+    assert results.load is not None
+    results.load.crossovers = [c for c in results.load.crossovers if c.status != "crosses"]
+    page = report(runner, save(tmp_path, "none", results), "--format", "html")
+    assert "No crossover to mark: no variant" in page
+    assert "shapes" not in _plot_json(page, "plot-load-throughput")["layout"]
 
 
 # CSV ------------------------------------------------------------------------------------------------------------

@@ -351,7 +351,8 @@ def render_section(results: RunResults, console: Console) -> None:
     if results.load.decisions:
         console.print(Text("Winner per load level", style="bold"))
     for d in results.load.decisions:
-        gain = f", {view.fmt_speedup(d.gain)} the baseline's tokens/s" if d.gain is not None else ""
+        shown = d.gain is not None and not _baseline_name(results, d.winner)
+        gain = f", {view.fmt_speedup(d.gain)} the baseline's tokens/s" if shown else ""
         console.print(Text(f"- {d.level}: {d.winner} (ranked on {d.figure}{gain}): {d.reason}"))
     for text in crossover_lines(results):
         console.print(Text(f"Crossover: {text}"))

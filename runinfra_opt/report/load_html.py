@@ -153,6 +153,9 @@ def _plots(results: RunResults, rows: list[LoadRow]) -> list[str]:
     closed = sorted({n for level in levels if (n := load_view.concurrency_of(level)) is not None})
     open_loop = [level for level in levels if load_view.concurrency_of(level) is None]
     axes = _axes_note(closed, open_loop)
+    marked = bool(closed) and results.load is not None and any(
+        c.concurrency is not None or c.low is not None or c.high is not None for c in results.load.crossovers)
+    crossover_note = CROSSOVER_NOTE if marked else "No crossover to mark: no variant's ratio falls to 1 in the sweep."
     out = []
 
     title = "Output tokens/s against load"
@@ -161,7 +164,7 @@ def _plots(results: RunResults, rows: list[LoadRow]) -> list[str]:
                       lambda r: r.tokens_per_s, {"title_text": "output tokens/s", "rangemode": "tozero"})
         out.append(_figure_html(fig, "plot-load-throughput", title,
                                 f"{axes} Points: output tokens/s over each level's measured window, bars: its 95% "
-                                f"interval; the baseline dotted. {CROSSOVER_NOTE}"))
+                                f"interval; the baseline dotted. {crossover_note}"))
     else:
         out.append(_empty(title, "No output tokens/s measured under load yet."))
 
@@ -171,7 +174,7 @@ def _plots(results: RunResults, rows: list[LoadRow]) -> list[str]:
                       {"title_text": "TTFT p95 (ms)", "rangemode": "tozero"})
         out.append(_figure_html(fig, "plot-load-ttft", title,
                                 f"{axes} Points: the 95th percentile of time to first token over each level's "
-                                f"measured requests (a percentile: no interval). {CROSSOVER_NOTE}"))
+                                f"measured requests (a percentile: no interval). {crossover_note}"))
     else:
         out.append(_empty(title, "No TTFT measured under load yet."))
 
@@ -182,7 +185,7 @@ def _plots(results: RunResults, rows: list[LoadRow]) -> list[str]:
                       {"title_text": "share of requests within the SLOs", "tickformat": ".0%", "range": [0, 1.05]})
         out.append(_figure_html(fig, "plot-load-goodput", title,
                                 f"{axes} Points: the share of measured requests that succeeded within every SLO "
-                                f"({slos}), bars: its 95% interval. {CROSSOVER_NOTE}"))
+                                f"({slos}), bars: its 95% interval. {crossover_note}"))
     return out
 
 
