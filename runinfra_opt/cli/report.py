@@ -58,7 +58,8 @@ def report(
     ),
     fmt: str = typer.Option("table", "--format", "-f", help="table, markdown, json, csv or html."),
     csv_kind: str | None = typer.Option(
-        None, "--csv-kind", help="With --format csv: `variants` (one row per variant; default) or `requests`."
+        None, "--csv-kind", help="With --format csv: `variants` (one row per variant; default), `requests` or `load` "
+        "(one row per variant x load level)."
     ),
     output: Path | None = typer.Option(None, "--output", "-o", help="Write to this file (atomically) instead."),
     github: bool = typer.Option(

@@ -11,6 +11,7 @@ Rules (documented in docs/report.md):
   configuration, or the old winner is worse in the new run than in the old, beyond noise and by more than
   `max_regression` (a fraction). "Worse" follows the new run's priority: lower tokens/s for throughput, higher
   TTFT at the run's percentile for ttft.
+- Runs measured under load (`--load`) are also compared per load level (report/load_compare.py); shown, not gated.
 """
 
 from __future__ import annotations
@@ -24,7 +25,8 @@ from rich.table import Table
 from rich.text import Text
 
 from runinfra_opt.errors import UserInputError
-from runinfra_opt.report import view
+from runinfra_opt.report import load_compare, view
+from runinfra_opt.report.load_compare import LoadComparison
 from runinfra_opt.report.text import md_table
 from runinfra_opt.results import Interval, RunResults, Summary
 
@@ -91,6 +93,8 @@ class Comparison:
     only_new: list[str]
     checks: list[GateCheck]
     warnings: list[str] = field(default_factory=list)
+    load: LoadComparison | None = None
+    """Per load level, when both runs were measured under load."""
 
     @property
     def failed(self) -> bool:
@@ -105,6 +109,9 @@ class Comparison:
         data["failed"] = self.failed
         for item, change in zip(data["context"], self.context, strict=True):
             item["changed"] = change.changed
+        if self.load is not None:
+            for item, winners in zip(data["load"]["winners"], self.load.winners, strict=True):
+                item["changed"] = winners.changed
         return data
 
 
@@ -273,6 +280,8 @@ def compare(
                                      again, max_regression))
     except KeyError as exc:
         raise UserInputError(f"a winner has no TTFT {exc.args[0]} figure; cannot compare on {metric}") from None
+    if one_sided := load_compare.one_sided(old, new, old_label, new_label):
+        warnings.append(one_sided)
 
     return Comparison(
         old_label=old_label,
@@ -286,6 +295,7 @@ def compare(
         only_new=sorted(set(new_measured) - set(old_measured)),
         checks=checks,
         warnings=warnings,
+        load=load_compare.compare_load(old, new),
     )
 
 
@@ -353,6 +363,8 @@ def render_comparison_table(comparison: Comparison, console: Console) -> None:
         for row in cells:
             table.add_row(*row, style="bold" if row[-1] == "CHANGED" else None)
         console.print(table)
+    if comparison.load is not None:
+        load_compare.render_table(comparison.load, console, comparison.old_label, comparison.new_label)
     for line in _tail_lines(comparison):
         console.print(Text(line))
 
@@ -367,5 +379,7 @@ def render_comparison_markdown(comparison: Comparison) -> str:
         out += ["### Variants measured in both runs", ""]
         out += md_table(DELTA_COLUMNS, _delta_cells(comparison), _DELTA_NUMERIC)
         out += ["", "_Beyond noise: the two runs' 95% intervals of tokens/s do not overlap._", ""]
+    if comparison.load is not None:
+        out += load_compare.render_markdown(comparison.load, comparison.old_label, comparison.new_label)
     out += [f"- {line}" for line in _tail_lines(comparison)] + [""]
     return "\n".join(out)

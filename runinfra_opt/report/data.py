@@ -10,8 +10,8 @@ from runinfra_opt.records import RequestRecord
 from runinfra_opt.report import view
 from runinfra_opt.results import RunResults, Summary
 
-CsvKind = Literal["variants", "requests"]
-CSV_KINDS: tuple[CsvKind, ...] = ("variants", "requests")
+CsvKind = Literal["variants", "requests", "load"]
+CSV_KINDS: tuple[CsvKind, ...] = ("variants", "requests", "load")
 
 
 def render_json(results: RunResults) -> str:
@@ -96,11 +96,16 @@ def requests_frame(results: RunResults) -> Any:
 
 
 def render_csv(results: RunResults, kind: CsvKind = "variants") -> str:
-    """A CSV table: `variants` (one row per variant) or `requests` (one row per request measurement)."""
+    """A CSV table: `variants` (one row per variant), `requests` (one row per request measurement) or `load`
+    (one row per variant x load level; the header only for a run without load)."""
     if kind == "variants":
         frame = variants_frame(results)
     elif kind == "requests":
         frame = requests_frame(results)
+    elif kind == "load":
+        from runinfra_opt.report.load import load_frame
+
+        frame = load_frame(results)
     else:
         from runinfra_opt.errors import UserInputError
 

@@ -1,5 +1,6 @@
 """The HTML report: one self-contained file (plotly.js inlined, no CDN, no network) with the decision, the
-tables and four plots. A pure function of the results: the same results give the same bytes."""
+tables and four plots, and for a run measured under load its section (report/load_html.py). A pure function of
+the results: the same results give the same bytes."""
 
 from __future__ import annotations
 
@@ -35,8 +36,9 @@ tr.winner td { font-weight: 600; background: #f3faf3; } tr.excluded td { color: 
 """
 
 
-def _table(columns: tuple[str, ...] | list[str], cells: list[list[str]], row_classes: list[str] | None = None) -> str:
-    numeric = text.NUMERIC_COLUMNS
+def _table(columns: tuple[str, ...] | list[str], cells: list[list[str]], row_classes: list[str] | None = None,
+           numeric: frozenset[str] | None = None) -> str:
+    numeric = text.NUMERIC_COLUMNS if numeric is None else numeric
     head = "".join(f'<th class="num">{html.escape(c)}</th>' if c in numeric else f"<th>{html.escape(c)}</th>"
                    for c in columns)
     body = []
@@ -265,6 +267,10 @@ def render_html(results: RunResults) -> str:
         parts.append("<h2>Excluded variants</h2><ul>")
         parts += [f"<li>{html.escape(line)}</li>" for line in excluded]
         parts.append("</ul>")
+    if results.load is not None:
+        from runinfra_opt.report.load_html import html_section
+
+        parts.append(html_section(results))
     parts += [f"<p>Note: {html.escape(note)}</p>" for note in text.notes(results)]
     parts.append(f'<p class="meta">Environment: {html.escape(view.environment_line(results))}</p>')
     parts.append("</body></html>")

@@ -12,7 +12,7 @@ from rich.table import Table
 from rich.text import Text
 
 from runinfra_opt.methods import get_method, method_names
-from runinfra_opt.report import answer, view
+from runinfra_opt.report import answer, load, view
 from runinfra_opt.report.text import variant_cells
 from runinfra_opt.results import RunResults
 
@@ -112,6 +112,8 @@ def render_summary(results: RunResults, console: Console) -> None:
     for line in (answer.category_line(results), answer.drafts_line(results)):
         if line:
             console.print(Text(line))
+    for line in load.summary_lines(results):
+        console.print(Text(line))
     manifest = next(reversed(results.notes_of("manifest")), None)
     if manifest:
         line = manifest.text[0].upper() + manifest.text[1:]

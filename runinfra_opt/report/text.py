@@ -8,7 +8,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from runinfra_opt.report import view
+from runinfra_opt.report import load, view
 from runinfra_opt.report.view import VariantRow
 from runinfra_opt.results import RunResults
 
@@ -165,6 +165,7 @@ def render_table(results: RunResults, console: Console) -> None:
         for cell_row in cells:
             sub.add_row(*cell_row)
         console.print(sub)
+    load.render_section(results, console)
 
     for note in notes(results):
         console.print(Text(f"Note: {note}"))
@@ -175,7 +176,7 @@ def _speculates(results: RunResults) -> bool:
     return results.decision is not None and results.decision.speculation
 
 
-def _md_escape(text: str) -> str:
+def md_escape(text: str) -> str:
     return text.replace("\\", "\\\\").replace("|", "\\|").replace("\n", " ")
 
 
@@ -185,8 +186,8 @@ def md_table(
     """A GitHub-flavoured markdown table (the `numeric` columns right-aligned)."""
     numeric = NUMERIC_COLUMNS if numeric is None else numeric
     align = ["---:" if c in numeric else "---" for c in columns]
-    lines = ["| " + " | ".join(_md_escape(c) for c in columns) + " |", "| " + " | ".join(align) + " |"]
-    lines += ["| " + " | ".join(_md_escape(c) for c in row) + " |" for row in cells]
+    lines = ["| " + " | ".join(md_escape(c) for c in columns) + " |", "| " + " | ".join(align) + " |"]
+    lines += ["| " + " | ".join(md_escape(c) for c in row) + " |" for row in cells]
     return lines
 
 
@@ -195,7 +196,7 @@ def render_markdown(results: RunResults) -> str:
     rows = view.variant_rows(results)
     out = [f"## runinfra-opt: {view.headline(results)}", ""]
     for line in intro_lines(results):
-        out += [_md_escape(line), ""]
+        out += [md_escape(line), ""]
 
     def table_cells(selected: list[VariantRow]) -> list[list[str]]:
         cells = []
@@ -226,12 +227,13 @@ def render_markdown(results: RunResults) -> str:
     ):
         if cells:
             out += [f"### {title}", ""] + md_table(columns, cells) + [""]
+    out += load.markdown_section(results)
 
     excluded = excluded_lines(rows)
     if excluded:
-        out += ["### Excluded variants", ""] + [f"- {_md_escape(line)}" for line in excluded] + [""]
-    out += [f"- Note: {_md_escape(note)}" for note in notes(results)]
+        out += ["### Excluded variants", ""] + [f"- {md_escape(line)}" for line in excluded] + [""]
+    out += [f"- Note: {md_escape(note)}" for note in notes(results)]
     if notes(results):
         out.append("")
-    out += [f"<sub>Environment: {_md_escape(view.environment_line(results))}</sub>", ""]
+    out += [f"<sub>Environment: {md_escape(view.environment_line(results))}</sub>", ""]
     return "\n".join(out)
