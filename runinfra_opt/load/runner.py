@@ -144,7 +144,8 @@ class LevelRun:
 
     @property
     def late_requests(self) -> int:
-        return sum(1 for lag in self.send_lags() if lag > self.late_s)
+        lags = self.send_lag_s if self.send_lag_s is not None else (r.send_lag_s for r in self.records)
+        return sum(1 for lag in lags if lag > self.late_s)
 
 
 def _record(planned: Planned, due: float, sent: float, done: float, result: StreamedResult) -> LoadRecord:
