@@ -144,6 +144,7 @@ def level_metrics(
                 e2e.append(record.e2e_s)
             itl.frombytes(np.diff(np.frombuffer(record.chunk_s, dtype=float)).tobytes())
     gaps: Any = np.frombuffer(itl, dtype=float)
+    lag_values: Any = np.frombuffer(lags, dtype=float)
     seconds = sum(w.seconds for w in windows)
     throughput = None
     if seconds > 0 and tokens:
@@ -172,7 +173,7 @@ def level_metrics(
         tpot_s=percentiles(tpot),
         itl_s=percentiles(gaps),
         e2e_s=percentiles(e2e),
-        send_lag_s=percentiles(np.frombuffer(lags, dtype=float)),
+        send_lag_s=percentiles(lag_values),
         late_requests=sum(run.late_requests for run in runs),
         peak_in_flight=max(run.peak_in_flight for run in runs),
         slo_ttft_ms=slo_ttft_ms,

@@ -42,7 +42,8 @@ def record_to_dict(record: LoadRecord) -> dict[str, Any]:
 
 
 def record_from_dict(data: dict[str, Any]) -> LoadRecord:
-    record = LoadRecord(**{name: data.get(name) for name in _SCALARS if name in data})
+    fields: dict[str, Any] = {name: data.get(name) for name in _SCALARS if name in data}
+    record = LoadRecord(**fields)
     record.chunk_s = array("d", data.get("chunk_s") or [])
     record.chunk_tokens = array("q", data.get("chunk_tokens") or [])
     return record
