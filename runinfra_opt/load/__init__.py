@@ -4,7 +4,8 @@ serving metrics per load level.
 - `spec`: `parse_load("replay+concurrency:1,4")` -> load levels (`Replay`, `Concurrency`, `Rate`).
 - `schedule`: `plan(level, requests)` -> the planned send time of every request, lazily (`summarize` counts it).
 - `runner`: `await run_level(level, schedule, send)` -> a `LevelRun` of raw per-request `LoadRecord`s with their
-  planned and actual send times; notes when the client fell behind.
+  planned and actual send times; notes when the client fell behind. `sink=RecordWriter(path)` and
+  `keep_records=False` stream the records to a file instead of keeping them (`store`: `read_run(path, lazy=True)`).
 - `metrics`: `level_metrics(runs, slo_ttft_ms=..., slo_tpot_ms=...)` -> `LevelMetrics` over the measured window;
   `throughput_ratio(runs, baseline_runs)`: a variant's tokens/s over the baseline's at one level, paired.
 
@@ -20,7 +21,7 @@ from runinfra_opt.load.metrics import (
     records_frame,
     throughput_ratio,
 )
-from runinfra_opt.load.runner import LATE_S, LevelRun, LoadRecord, StreamedResult, run_level
+from runinfra_opt.load.runner import LATE_S, LevelRun, LoadRecord, RecordSink, StreamedResult, run_level
 from runinfra_opt.load.schedule import Planned, ScheduleSummary, plan, summarize
 from runinfra_opt.load.spec import Concurrency, LoadLevel, Rate, Replay, parse_load
 
@@ -34,6 +35,7 @@ __all__ = [
     "MeasuredWindow",
     "Planned",
     "Rate",
+    "RecordSink",
     "Replay",
     "ScheduleSummary",
     "StreamedResult",

@@ -15,11 +15,16 @@ and the metrics say so (`MeasuredWindow.steady`).
 - Goodput, with `slo_ttft_ms` and/or `slo_tpot_ms`: the share of requests sent inside the windows that succeeded
   and met every SLO given (a request with fewer than two tokens meets any TPOT SLO and the bounds are inclusive,
   as in `vllm bench serve`), with its bootstrap interval, and such requests completed per second of window.
+
+Every function here reads a run's records by iterating them a few times (a window pass, then a metrics pass), so
+a run read lazily from its file (`runinfra_opt.load.store.read_run(path, lazy=True)`) is measured without its
+records in memory: what is kept is a few numbers per request and every chunk gap (8 bytes each).
 """
 
 from __future__ import annotations
 
 import math
+from array import array
 from collections.abc import Sequence
 from typing import Any
 
@@ -36,6 +41,7 @@ def records_frame(run: LevelRun) -> Any:
     success, status, error, TTFT, TPOT, e2e and token counts. Chunk times are left out."""
     import pandas as pd
 
+    _check_kept(run)
     columns = [
         "index", "request_id", "category", "planned_s", "sent_s", "send_lag_s", "done_s", "success", "status",
         "error", "ttft_s", "tpot_s", "e2e_s", "output_tokens", "prompt_tokens",
@@ -49,11 +55,18 @@ def measured_window(run: LevelRun, warmup_fraction: float = WARMUP_FRACTION) -> 
     """The window of `run` that throughput is measured over (see the module's docstring)."""
     import numpy as np
 
+    _check_kept(run)
     if not run.records:
         return MeasuredWindow(start_s=0.0, end_s=0.0, warmup_requests=0, steady=False)
-    sent = np.sort(np.array([r.sent_s for r in run.records]))
-    last_done = max(r.done_s for r in run.records)
-    e2e = [r.e2e_s for r in run.records if r.success and r.e2e_s is not None]
+    sent_times: array[float] = array("d")
+    e2e: array[float] = array("d")
+    last_done = -math.inf
+    for r in run.records:  # one pass: the records may be read from disk
+        sent_times.append(r.sent_s)
+        last_done = max(last_done, r.done_s)
+        if r.success and r.e2e_s is not None:
+            e2e.append(r.e2e_s)
+    sent = np.sort(np.frombuffer(sent_times, dtype=float))
     warmup = int(len(sent) * warmup_fraction)
     start, end = float(sent[warmup]), float(sent[-1])
     too_short = len(sent) < 3 or end <= start or (bool(e2e) and end - start < float(np.median(e2e)))
@@ -101,14 +114,19 @@ def level_metrics(
     completed = good_completed = 0
     ttft: list[float] = []
     tpot: list[float] = []
-    itl: list[Any] = []  # numpy arrays of chunk gaps, one per measured request
+    itl: array[float] = array("d")  # every measured request's chunk gaps (8 bytes each, not a record each)
     e2e: list[float] = []
     good_flags: list[float] = []
+    lags: array[float] = array("d")
+    succeeded = failed = 0
     for run, window in zip(runs, windows, strict=True):
         in_window = _window_tokens(run, window)
         tokens.extend(in_window.tolist())
         shares.extend([window.seconds / len(run.records)] * len(run.records) if run.records else [])
         for record in run.records:
+            lags.append(record.send_lag_s)
+            succeeded += record.success
+            failed += not record.success
             good = record.success and _meets(record.ttft_s, record.tpot_s, slo_ttft_ms, slo_tpot_ms)
             if record.success and window.start_s <= record.done_s <= window.end_s:
                 completed += 1
@@ -124,8 +142,9 @@ def level_metrics(
                 tpot.append(record.tpot_s)
             if record.e2e_s is not None:
                 e2e.append(record.e2e_s)
-            itl.append(np.diff(np.frombuffer(record.chunk_s, dtype=float)))
-    gaps: Any = np.concatenate(itl) if itl else []
+            itl.frombytes(np.diff(np.frombuffer(record.chunk_s, dtype=float)).tobytes())
+    gaps: Any = np.frombuffer(itl, dtype=float)
+    lag_values: Any = np.frombuffer(lags, dtype=float)
     seconds = sum(w.seconds for w in windows)
     throughput = None
     if seconds > 0 and tokens:
@@ -134,7 +153,6 @@ def level_metrics(
     goodput = None
     if has_slo and good_flags:
         goodput = bootstrap_interval(np.mean, [good_flags], seed=seed)
-    records = [r for run in runs for r in run.records]
     notes = [note for run in runs for note in run.notes]
     if any(not w.steady for w in windows):
         notes.append(
@@ -145,9 +163,9 @@ def level_metrics(
         level=level.name,
         description=level.describe(),
         runs=len(runs),
-        requests=len(records),
-        succeeded=sum(r.success for r in records),
-        failed=sum(not r.success for r in records),
+        requests=len(lags),
+        succeeded=succeeded,
+        failed=failed,
         windows=windows,
         output_tokens_per_s=throughput,
         requests_per_s=completed / seconds if seconds > 0 else None,
@@ -155,7 +173,7 @@ def level_metrics(
         tpot_s=percentiles(tpot),
         itl_s=percentiles(gaps),
         e2e_s=percentiles(e2e),
-        send_lag_s=percentiles([r.send_lag_s for r in records]),
+        send_lag_s=percentiles(lag_values),
         late_requests=sum(run.late_requests for run in runs),
         peak_in_flight=max(run.peak_in_flight for run in runs),
         slo_ttft_ms=slo_ttft_ms,
@@ -164,6 +182,14 @@ def level_metrics(
         goodput_requests_per_s=good_completed / seconds if has_slo and seconds > 0 else None,
         notes=notes,
     )
+
+
+def _check_kept(run: LevelRun) -> None:
+    if not run.records_kept:
+        raise ValueError(
+            f"{run.level.name}: the run's records were streamed to a sink, not kept: read them back from its file "
+            "(runinfra_opt.load.store.read_run(path, lazy=True))"
+        )
 
 
 def _rows(run: LevelRun, warmup_fraction: float) -> dict[int, tuple[float, float]]:

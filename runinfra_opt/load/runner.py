@@ -11,6 +11,12 @@ The client is anything that turns a request into a streamed result (`send`); the
 `OpenAIClient.complete` (`runinfra_opt.engine.vllm.client`) with the request converted. An open-loop level
 needs a client whose connection pool does not cap the requests in flight (`OpenAIClient(max_connections=None)`):
 a capped pool would queue requests inside the client, after the send time recorded here.
+
+By default the records are kept in the returned `LevelRun` (about 5 KB of peak RSS a request with 64 streamed
+chunks, measured by benchmarks/replay_memory.py). A long run streams them instead: a `sink`
+(`runinfra_opt.load.store.RecordWriter`) receives each record as it completes and appends it to a file, and with
+`keep_records=False` the runner keeps only what the run's summary needs (the send lags in a compact array, the
+peak in flight), so its memory hardly grows with the run's length.
 """
 
 from __future__ import annotations
@@ -19,7 +25,7 @@ import asyncio
 import itertools
 import time
 from array import array
-from collections.abc import Awaitable, Callable, Coroutine, Iterable
+from collections.abc import Awaitable, Callable, Collection, Coroutine, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -48,6 +54,19 @@ class StreamedResult(Protocol):
 
 Send = Callable[[Request], Awaitable[StreamedResult]]
 _One = Callable[[Planned, float], Coroutine[Any, Any, float]]
+
+
+class RecordSink(Protocol):
+    """Where a level's records go as they complete (`runinfra_opt.load.store.RecordWriter` appends them to a file)."""
+
+    def start(self, level: LoadLevel, started_at: float, late_s: float) -> None:
+        """The level is about to start (before the first send)."""
+
+    def add(self, record: LoadRecord) -> None:
+        """One request completed (called on the event loop: keep it short)."""
+
+    def finish(self, run: LevelRun) -> None:
+        """The level ended (not called when it failed or was cancelled)."""
 
 
 @dataclass(slots=True)
@@ -96,7 +115,9 @@ class LevelRun:
     """One level's raw records (in completion order) and how the run went."""
 
     level: LoadLevel
-    records: list[LoadRecord]
+    records: Collection[LoadRecord]
+    """In memory (a list), or read from disk each time they are iterated (`runinfra_opt.load.store.read_run(path,
+    lazy=True)`); empty when the runner streamed them to a sink without keeping them (see `send_lag_s`)."""
     started_at: float
     """Wall-clock time (epoch seconds) of the level's start."""
     duration_s: float
@@ -104,13 +125,28 @@ class LevelRun:
     peak_in_flight: int
     late_s: float = LATE_S
     notes: list[str] = field(default_factory=list)
+    send_lag_s: array[float] | None = None
+    """Every request's send lag, in completion order, where the records are not in memory (streamed to a sink,
+    or read lazily); None where `records` is the list of them."""
 
     def send_lags(self) -> list[float]:
+        if self.send_lag_s is not None:
+            return self.send_lag_s.tolist()
         return [r.send_lag_s for r in self.records]
 
     @property
+    def requests(self) -> int:
+        return len(self.send_lag_s) if self.send_lag_s is not None else len(self.records)
+
+    @property
+    def records_kept(self) -> bool:
+        """False when the runner streamed the records to a sink without keeping them (nothing to compute from)."""
+        return self.send_lag_s is None or len(self.records) == len(self.send_lag_s)
+
+    @property
     def late_requests(self) -> int:
-        return sum(1 for lag in self.send_lags() if lag > self.late_s)
+        lags = self.send_lag_s if self.send_lag_s is not None else (r.send_lag_s for r in self.records)
+        return sum(1 for lag in lags if lag > self.late_s)
 
 
 def _record(planned: Planned, due: float, sent: float, done: float, result: StreamedResult) -> LoadRecord:
@@ -152,17 +188,26 @@ async def run_level(
     *,
     on_result: Callable[[LoadRecord, StreamedResult], None] | None = None,
     late_s: float = LATE_S,
+    sink: RecordSink | None = None,
+    keep_records: bool = True,
 ) -> LevelRun:
     """Send the schedule's requests through `send` under `level` and record each one. `on_result` sees every
     record with the client's full result (output ids for a losslessness check, say) as it completes; only the
-    compact `LoadRecord` is kept. An exception from `send` ends the level (a client returns failures as data)."""
+    compact `LoadRecord` is kept. `sink` receives every record as it completes; with `keep_records=False` the
+    returned run holds no records (only their send lags), so memory stays bounded however long the level.
+    An exception from `send` ends the level (a client returns failures as data)."""
+    if not keep_records and sink is None:
+        raise ValueError("keep_records=False needs a sink: the records would be lost")
     items = iter(schedule)
     first = next(items, None)  # opening the schedule (a file, the random generator) is not the client's lateness
     if first is not None:
         items = itertools.chain([first], items)
-    start = time.perf_counter()
     started_at = time.time()
+    if sink is not None:
+        sink.start(level, started_at, late_s)
+    start = time.perf_counter()
     records: list[LoadRecord] = []
+    lags: array[float] = array("d")
     in_flight = 0
     peak = 0
 
@@ -178,7 +223,12 @@ async def run_level(
             in_flight -= 1
         done = time.perf_counter() - start
         record = _record(planned, due, sent, done, result)
-        records.append(record)
+        if keep_records:
+            records.append(record)
+        else:
+            lags.append(record.send_lag_s)
+        if sink is not None:
+            sink.add(record)
         if on_result is not None:
             on_result(record, result)
         return done
@@ -188,7 +238,11 @@ async def run_level(
     else:
         await _open_loop(items, one, start)
     run = LevelRun(level, records, started_at, time.perf_counter() - start, peak, late_s)
+    if not keep_records:
+        run.send_lag_s = lags
     run.notes.extend(lateness_notes(run))
+    if sink is not None:
+        sink.finish(run)
     return run
 
 
