@@ -34,6 +34,7 @@ from runinfra_opt.workload.model import Request
 if TYPE_CHECKING:  # pragma: no cover
     from runinfra_opt.engine.prompts import PromptTokenizer
     from runinfra_opt.load import LevelRun, LoadLevel
+    from runinfra_opt.load.runner import RecordSink
 
 TokenSequence = tuple[list[int], list[int]]
 """(prompt_ids, output_ids): a request's prompt and the target's output, as token ids."""
@@ -140,9 +141,16 @@ class LoadServer(Protocol):
     """`Capability.SERVE_LOAD`: many requests in flight on the variant's server, offered as `level` says."""
 
     def run_load(
-        self, variant: Variant, level: LoadLevel, requests: Sequence[Request], *, max_tokens: int
+        self,
+        variant: Variant,
+        level: LoadLevel,
+        requests: Sequence[Request],
+        *,
+        max_tokens: int,
+        sink: RecordSink | None = None,
     ) -> LoadMeasurement:
-        """Send `requests` under `level` (a warm-up first, untimed) and return what the runner recorded."""
+        """Send `requests` under `level` (a warm-up first, untimed) and return what the runner recorded; with a
+        `sink` every record goes to it as it completes and the run keeps none (bounded memory)."""
         ...
 
 

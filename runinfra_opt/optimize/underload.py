@@ -6,7 +6,8 @@ at each level on its own server, and what the levels decide.
   ... kept to levels with at least `MIN_ROUNDS` requests per slot (a shorter loop has no steady window), at
   most `MAX_SWEEP` of them spread geometrically; `none`: batch 1 only. The in-process engine has no load levels.
 - **Measuring** (`measure`): right after a variant's batch-1 timing, while its server is still up, every level
-  is run once on the planned requests (`Engine.run_load`); the raw records go to `<run dir>/load/<variant>/`,
+  is run once on the planned requests (`Engine.run_load`); the raw records stream to `<run dir>/load/<variant>/`
+  as they complete (nothing of the level is held in memory: `runinfra_opt.load.store.RecordWriter`),
   the level's metrics (`runinfra_opt.load.level_metrics`) and its paired throughput ratio to the baseline at
   the same level into `VariantResult.load`, saved after each level (a resume runs only the missing levels).
 - **Deciding** (`decide_levels`): per level, on measured figures only, among variants lossless at batch 1 and
@@ -34,7 +35,7 @@ from typing import cast
 from runinfra_opt.engine.protocol import Capability, LoadServer
 from runinfra_opt.errors import UserInputError
 from runinfra_opt.load import Concurrency, LevelRun, LoadLevel, Replay, level_metrics, parse_load, throughput_ratio
-from runinfra_opt.load.store import read_run, write_run
+from runinfra_opt.load.store import RecordWriter, read_run
 from runinfra_opt.methods import BASELINE, Variant
 from runinfra_opt.optimize.state import RunState
 from runinfra_opt.results import (
@@ -122,7 +123,7 @@ def _baseline_run(state: RunState, level: str) -> LevelRun | None:
     found = next((lr for lr in baseline.load if lr.level == level), None) if baseline else None
     if found is None or found.records is None:
         return None
-    return read_run(state.run_dir / found.records)
+    return read_run(state.run_dir / found.records, lazy=True)
 
 
 def measure(state: RunState, variant: Variant) -> None:
@@ -138,17 +139,16 @@ def measure(state: RunState, variant: Variant) -> None:
     for level in levels:
         if level.name in done:
             continue
-        measured = engine.run_load(variant, level, state.requests, max_tokens=state.max_tokens)
         path = records_path(variant.name, level.name)
-        write_run(state.run_dir / path, measured.run)
-        metrics = level_metrics(
-            [measured.run], slo_ttft_ms=config.slo_ttft_ms, slo_tpot_ms=config.slo_tpot_ms, seed=config.seed
-        )
+        with RecordWriter(state.run_dir / path) as writer:  # each record on disk as it completes
+            measured = engine.run_load(variant, level, state.requests, max_tokens=state.max_tokens, sink=writer)
+        run = read_run(state.run_dir / path, lazy=True)
+        metrics = level_metrics([run], slo_ttft_ms=config.slo_ttft_ms, slo_tpot_ms=config.slo_tpot_ms, seed=config.seed)
         ratio = None
         if variant.is_speculative:
             base = _baseline_run(state, level.name)
             if base is not None:
-                ratio = throughput_ratio([measured.run], [base], seed=config.seed)
+                ratio = throughput_ratio([run], [base], seed=config.seed)
         vr.load.append(
             LevelResult(
                 level=level.name,

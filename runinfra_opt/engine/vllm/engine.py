@@ -39,7 +39,8 @@ from runinfra_opt.engine.vllm.client import CompletionRequest, OpenAIClient, Req
 from runinfra_opt.engine.vllm.environment import VllmEnvironment, resolve_environment
 from runinfra_opt.engine.vllm.server import DEFAULT_STARTUP_TIMEOUT_S, ServerConfig, ServeSettings, VllmServer
 from runinfra_opt.errors import EngineError, UserInputError
-from runinfra_opt.load import LoadLevel, plan, run_level
+from runinfra_opt.load import LoadLevel, LoadRecord, plan, run_level
+from runinfra_opt.load.runner import RecordSink
 from runinfra_opt.methods import Variant, get_method
 from runinfra_opt.methods.registry import draft_owner
 from runinfra_opt.records import RequestRecord
@@ -264,7 +265,13 @@ class VllmEngine:
         )
 
     def run_load(
-        self, variant: Variant, level: LoadLevel, requests: Sequence[Request], *, max_tokens: int
+        self,
+        variant: Variant,
+        level: LoadLevel,
+        requests: Sequence[Request],
+        *,
+        max_tokens: int,
+        sink: RecordSink | None = None,
     ) -> LoadMeasurement:
         """`requests` offered to the variant's server under `level` (after the untimed warm-up requests), through
         a client with no cap on connections; failed requests are records of the run, a dead server an error."""
@@ -284,12 +291,20 @@ class VllmEngine:
                 async def send(request: Request) -> RequestResult:
                     return await client.complete(completions[request.id])
 
-                return await run_level(level, plan(level, requests), send)
+                return await run_level(
+                    level, plan(level, requests), send, on_result=count, sink=sink, keep_records=sink is None
+                )
+
+        failures = 0
+
+        def count(record: LoadRecord, result: RequestResult) -> None:
+            nonlocal failures
+            failures += not record.success
 
         before = self._scrape(server, variant)
         run = self._loop.run_until_complete(measure())
         counters = self._scrape(server, variant).minus(before)
-        if any(not r.success for r in run.records):
+        if failures:
             server.check_alive()  # a server that died mid-level: its log, not N failed requests
         return LoadMeasurement(
             run=run,
