@@ -73,6 +73,9 @@ def test_schedule_variant_name_round_trips_and_is_a_file_name() -> None:
     assert parse_variant_name(K4.name) == K4
     assert schedule_of(K4) is None
     assert SCHEDULE != K8
+    method = get_method("vllm_ngram")
+    assert method.family(SCHEDULE) == "vllm_ngram (match 1-3, k schedule)"  # not plotted as a fixed k 8
+    assert method.family(K8) == "vllm_ngram (match 1-3)"
     assert SCHEDULE.name != K8.name
 
 

@@ -140,3 +140,10 @@ def with_schedule(variant: Variant, ranges: Sequence[KRange]) -> Variant:
         lookahead=max(r.k for r in ranges),
         options=(*options, (SCHEDULE_OPTION, format_schedule(ranges))),
     )
+
+
+def without_schedule(variant: Variant) -> Variant:
+    """The fixed-k variant of the same method and settings, at the schedule's largest k."""
+    from dataclasses import replace
+
+    return replace(variant, options=tuple(o for o in variant.options if o[0] != SCHEDULE_OPTION))

@@ -198,7 +198,8 @@ class VllmNgram(SpecMethod):
 
     def family(self, variant: Variant) -> str:
         low, high = self.window(variant)
-        return f"vllm_ngram (match {low}-{high})"
+        scheduled = ", k schedule" if k_schedule.schedule_of(variant) is not None else ""
+        return f"vllm_ngram (match {low}-{high}{scheduled})"
 
     def space(self, spec: SpaceSpec) -> list[Variant]:
         windows = [(1, n) for n in spec.ngram_max] if spec.ngram_max else list(VLLM_NGRAM_WINDOWS)

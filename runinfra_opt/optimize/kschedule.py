@@ -75,7 +75,7 @@ from dataclasses import dataclass
 
 from runinfra_opt.errors import UserInputError
 from runinfra_opt.methods import BASELINE, Variant, get_method, parse_variant_name
-from runinfra_opt.methods.k_schedule import KRange, as_vllm, schedule_of, with_schedule
+from runinfra_opt.methods.k_schedule import KRange, as_vllm, schedule_of, with_schedule, without_schedule
 from runinfra_opt.records import disqualifying
 from runinfra_opt.results import Interval, KSchedule, LevelResult, RunResults, VariantResult
 
@@ -308,7 +308,7 @@ def verify(results: RunResults, schedule: KSchedule) -> KSchedule:
     baseline = results.variant(BASELINE.name)
     if variant is None or baseline is None:
         return decided(False, f"not written: no baseline, or {schedule.variant} is not a variant name")
-    family = get_method(variant.method).family(variant)
+    family = get_method(variant.method).family(without_schedule(variant))
     members = _families(results).get(family, [])
     if not members:
         return decided(False, f"not written: no fixed-k variant of {family} was measured under load")
