@@ -159,6 +159,17 @@ def test_rule_scores_the_lower_bound_not_the_point_estimate() -> None:
     assert {c.name: round(c.score, 3) for c in choice.candidates} == {"baseline": 1.0, K4.name: 1.28, K8.name: 1.15}
 
 
+def test_without_a_paired_ratio_every_candidate_is_scored_unpaired() -> None:
+    """Each its own tokens/s interval's lower bound over the baseline's point value, the baseline included."""
+    k4 = _result(K4, {"concurrency:1": 1.30})
+    k4.load[0].vs_baseline = None
+    (family,) = choices_per_level(_run(k4, _result(K8, {"concurrency:1": 1.40})))
+    scores = {c.name: round(c.score, 3) for c in family.choices[0].candidates}
+    assert scores == {"baseline": 0.97, K4.name: 1.261, K8.name: 1.358}  # 0.97 x the ratio
+    assert not family.choices[0].chosen.paired
+    assert family.choices[0].chosen.name == K8.name
+
+
 def test_disqualified_and_failing_variants_are_not_candidates() -> None:
     results = _fixed_k_run()
     k8 = results.variant(K8.name)

@@ -28,9 +28,12 @@ deviation of the run-to-run spread, for a normal distribution), floored at 0, an
 - No speculation (k = 0) is the reference, not a noisy candidate: a k > 0 is chosen over it only when its gain
   is clear, the lower bound of its ratio above 1.01 (vLLM penalizes k = 0 like any other candidate).
 - Variants whose greedy output differs from the baseline's, or that failed, are never candidates, and a candidate
-  with failed requests at a level is left out there (vLLM checks neither losslessness nor, per candidate,
-  failures: it refuses the whole sweep when any run has a failed request, and an unstable one with a relative
-  MAD above 10%; here instability widens the interval and lowers the score instead).
+  with failed requests at a level is left out there. vLLM checks no losslessness, and refuses the whole sweep
+  when any run has a failed request or any candidate's relative MAD exceeds 10%; here instability widens the
+  interval and lowers the score instead, and a level chooses among the candidates measured there (vLLM requires
+  the same candidates at every batch size).
+- The objective is output tokens/s (vLLM's default, `output_throughput`); vLLM's tuner can take any one metric
+  (e.g. goodput under an SLO, or TPOT to minimize).
 - The fixed k were measured as plain `num_speculative_tokens = k` servers; vLLM's tuner advises one maximum k
   with a one-range schedule per candidate so that buffers are sized alike. Here the schedule is measured itself,
   which settles any such difference, and vLLM's tuner writes its schedule unmeasured.
@@ -41,8 +44,9 @@ down: batch sizes up to floor(sqrt(a x b)) take a's k, the next ones b's. The le
 geometrically (1, 4, 16), and batch-size effects grow with the logarithm of the batch; rounding down keeps the
 dips of a closed loop at b (a request finishing before the next is sent) inside b's range. vLLM's tuner starts
 each anchor's range at the anchor itself (a's k up to b - 1). The first range starts at 1; the last is open to
-`OPEN_END` (vLLM carries the last k to any larger batch anyway, so this only writes it out): beyond the
-largest level measured the k is an extrapolation, as in vLLM.
+`OPEN_END` (vLLM carries the last k to any larger batch anyway, so this only writes it out): below the lowest
+level and beyond the largest the k is an extrapolation, as in vLLM (whose tuner requires batch size 1 to be
+measured, and the largest batch size it writes).
 
 **Which family.** When several families' choices differ across levels, the one whose chosen variant scores best
 at the lowest concurrency level is proposed (then the simpler method, then the name). At low load speculation
@@ -61,9 +65,9 @@ more server launch and a run at every level.
    ties go to the simpler configuration, a fixed k.
 A ratio is taken from the paired ratios to the baseline when both have one (the baseline's shared runs cancel),
 else from the tokens/s point values. Both tests are on point estimates with a 1% margin, not on intervals: the
-schedule is measured after the fixed k, so there is no paired interval between the two; the margins make a
-schedule that merely equals its parts (e.g. one a server ignores) fail test 3, and one that loses at any level
-fail test 2.
+schedule is measured after the fixed k, so there is no paired interval between the two. The margins make a
+schedule that loses at any level fail test 2 (so does one a server ignores, running its largest k everywhere,
+wherever a smaller k was better), and one that merely equals its parts fail test 3.
 """
 
 from __future__ import annotations
