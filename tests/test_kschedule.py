@@ -12,7 +12,7 @@ import pytest
 
 from runinfra_opt.engine.vllm.server import ServeSettings, config_file_mapping
 from runinfra_opt.errors import UserInputError
-from runinfra_opt.manifest import build_manifest, vllm_config_text
+from runinfra_opt.manifest import build_manifest, validate_manifest, vllm_config_text
 from runinfra_opt.methods import BASELINE, Variant, get_method, parse_variant_name
 from runinfra_opt.methods.base import SimInput
 from runinfra_opt.methods.k_schedule import KRange, k_at, parse_schedule, schedule_of, with_schedule
@@ -130,6 +130,10 @@ def test_vllm_arguments_carry_the_schedule() -> None:
     vllm = manifest["serving"]["vllm"]
     assert vllm["speculativeConfig"] == spec
     assert manifest["speculative"]["options"]["schedule"] == "1-2:8,3-8:4,9-1024:2"
+    assert validate_manifest(manifest) == []
+    vllm["speculativeConfig"]["num_speculative_tokens_per_batch_size"][0][0] = 0
+    assert validate_manifest(manifest) != []  # the schema checks the ranges' shape
+    vllm["speculativeConfig"] = spec
     text = vllm_config_text(manifest, "m.yaml")  # the `vllm serve --config` export
     assert _vllm_reads(text) == vllm["args"]
     assert config_file_mapping(vllm["args"])["speculative-config"] == spec
