@@ -53,7 +53,10 @@ def test_names_round_trip(variant: Variant) -> None:
 
 
 def test_unparsable_name_lists_every_pattern() -> None:
-    every = r"expected baseline, ngram-n<N>-k<K>, vllm_ngram-m<MIN>-n<MAX>-k<K>, early_exit-l<L>-k<K>, "
+    every = (
+        r"expected baseline, ngram-n<N>-k<K>, vllm_ngram-m<MIN>-n<MAX>-k<K> \(or -sched_<FIRST>-<LAST>k<K>_\.\.\. "
+        r"for a k schedule\), early_exit-l<L>-k<K>, "
+    )
     with pytest.raises(UserInputError, match=every + r"draft:<name>-k<K>, eagle:<name>-k<K>, eagle3:<name>-k<K>"):
         parse_variant_name("ngram-k4")
 

@@ -1,9 +1,9 @@
 """A written manifest's `serving.vllm.args`, and the `vllm serve --config` file written beside it, read by
 vLLM's own argument parser in the vLLM environment (real vLLM, no server): for a baseline, an n-gram, a
-draft-model and an EAGLE-3 winner over a tiny target, both parse to the same model, dtype, context length, seed
-and speculative config, and vLLM builds its engine configuration from them (it reads the models' config.json
-files and validates the speculative config, without loading weights); a context longer than the target's
-positions is refused, from the arguments and from the file.
+draft-model, an EAGLE-3 and a k-schedule (vLLM n-gram) winner over a tiny target, both parse to the same model,
+dtype, context length, seed and speculative config, and vLLM builds its engine configuration from them (it reads
+the models' config.json files and validates the speculative config, without loading weights); a context longer
+than the target's positions is refused, from the arguments and from the file.
 
 Needs the vLLM environment, handed over by `make test` in RUNINFRA_OPT_VLLM_PYTHON (as tests/test_vllm_e2e.py).
 One process imports vLLM once for every check: about a minute on a busy 2-core machine, no server start."""
@@ -21,6 +21,8 @@ import pytest
 from runinfra_opt.engine.vllm.server import check_serve_args_many
 from runinfra_opt.manifest import build_manifest, vllm_config_text, write_manifest
 from runinfra_opt.methods import BASELINE, Variant
+from runinfra_opt.methods.k_schedule import parse_schedule, with_schedule
+from runinfra_opt.methods.vllm_ngram import make
 from runinfra_opt.results import ModelInfo
 from tests.test_manifest import SHA, _results
 
@@ -79,6 +81,7 @@ def test_manifest_args_and_config_file_parse_with_vllms_own_parser(
         Variant("ngram", lookahead=4, ngram_max=3),
         Variant("draft", lookahead=3, draft=str(draft_dir)),
         Variant("eagle3", lookahead=2, draft=f"eagle3:{head}"),
+        with_schedule(make(2, 1, 3), parse_schedule("1-2:8,3-8:4,9-1024:2")),
     ]
     arg_lists: list[list[str]] = []
     expected: list[dict[str, Any]] = []
@@ -91,6 +94,8 @@ def test_manifest_args_and_config_file_parse_with_vllms_own_parser(
                   "speculative_config": manifest["serving"]["vllm"]["speculativeConfig"]}  # fmt: skip
         expected += [parsed, parsed]
     assert expected[6]["speculative_config"] == {"method": "eagle3", "model": str(head), "num_speculative_tokens": 2}
+    schedule = expected[8]["speculative_config"]["num_speculative_tokens_per_batch_size"]
+    assert schedule == [[1, 2, 8], [3, 8, 4], [9, 1024, 2]]
     # Not vacuous: vLLM refuses a context longer than the tiny target's positions, from a manifest too.
     long = _manifest(BASELINE, target_dir, draft_dir)
     long_args = long["serving"]["vllm"]["args"]

@@ -120,6 +120,10 @@ class SpecMethod:
     """The engines whose default search space includes this method (None: every engine's). An engine that
     cannot run a variant says why through `Engine.supports`, and the run leaves it out with that reason."""
     needs_draft_model: ClassVar[bool] = False
+    k_schedules: ClassVar[bool] = False
+    """Its variants may carry a batch-size -> k schedule instead of a fixed lookahead (option `schedule`, vLLM's
+    `num_speculative_tokens_per_batch_size`; see `methods.k_schedule`), named, validated, simulated at batch 1
+    and served by the method."""
     speculative: ClassVar[bool] = True
     draft_prefix: ClassVar[str | None] = None
     """Draft specs written `<prefix>:PATH` (e.g. `eagle3:PATH`) belong to this method: a drafter only serving

@@ -1,5 +1,7 @@
 """vLLM's n-gram speculation (method `vllm_ngram`): its proposal rule, a simulation of one greedy request, and
-the method as the registry sees it. Variants: `vllm_ngram-m<prompt_lookup_min>-n<prompt_lookup_max>-k<k>`.
+the method as the registry sees it. Variants: `vllm_ngram-m<prompt_lookup_min>-n<prompt_lookup_max>-k<k>`, or
+with a batch-size -> k schedule instead of a fixed k (vLLM's `num_speculative_tokens_per_batch_size`, option
+`schedule`, see `methods.k_schedule`): `vllm_ngram-m1-n3-sched_1-2k8_3-8k4_9-1024k2` (lookahead: the largest k).
 It runs on the vLLM engine only (transformers' prompt lookup is method `ngram`, a different matching rule).
 
 The rule (`vllm/v1/spec_decode/ngram_proposer.py`, `_find_longest_matched_ngram_and_propose_tokens`, vLLM
@@ -25,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from runinfra_opt.errors import UserInputError
+from runinfra_opt.methods import k_schedule
 from runinfra_opt.methods.base import (
     MethodOptions,
     SimInput,
@@ -33,7 +36,7 @@ from runinfra_opt.methods.base import (
     require_lookahead,
     vllm_speculative,
 )
-from runinfra_opt.methods.simulation import SimResult
+from runinfra_opt.methods.simulation import SimResult, simulate_baseline
 from runinfra_opt.methods.variant import Variant
 
 VLLM_NGRAM_LOOKAHEADS = (2, 4, 8)
@@ -142,7 +145,8 @@ class VllmNgram(SpecMethod):
     rank = 1
     name_format = "vllm_ngram-m{min}-n{ngram_max}-k{lookahead}"
     default_engines: ClassVar[frozenset[str]] = frozenset({"vllm"})
-    _NAME = re.compile(r"vllm_ngram-m(?P<min>\d+)-n(?P<max>\d+)-k(?P<k>\d+)")
+    k_schedules = True
+    _NAME = re.compile(r"vllm_ngram-m(?P<min>\d+)-n(?P<max>\d+)-(?:k(?P<k>\d+)|(?P<schedule>sched_.+))")
 
     @staticmethod
     def window(variant: Variant) -> tuple[int, int]:
@@ -160,19 +164,28 @@ class VllmNgram(SpecMethod):
                 f"method vllm_ngram needs 1 <= prompt_lookup_min <= prompt_lookup_max, got {low} and "
                 f"{variant.ngram_max} (--ngram-min / --ngram-max)"
             )
+        ranges = k_schedule.schedule_of(variant)
+        if ranges is not None:
+            k_schedule.check_schedule(ranges, variant.lookahead)
 
     def variant_name(self, variant: Variant) -> str:
         low, high = self.window(variant)
-        return f"vllm_ngram-m{low}-n{high}-k{variant.lookahead}"
+        ranges = k_schedule.schedule_of(variant)
+        k = f"k{variant.lookahead}" if ranges is None else k_schedule.schedule_name(ranges)
+        return f"vllm_ngram-m{low}-n{high}-{k}"
 
     def parse_name(self, name: str, drafts: dict[str, str]) -> Variant | None:
         m = self._NAME.fullmatch(name)
         if m is None:
             return None
-        return make(int(m["k"]), int(m["min"]), int(m["max"]))
+        fixed = make(int(m["k"]) if m["k"] else 1, int(m["min"]), int(m["max"]))
+        if m["schedule"] is None:
+            return fixed
+        ranges = k_schedule.parse_schedule_name(m["schedule"])
+        return None if ranges is None else k_schedule.with_schedule(fixed, ranges)
 
     def name_pattern(self) -> str:
-        return "vllm_ngram-m<MIN>-n<MAX>-k<K>"
+        return "vllm_ngram-m<MIN>-n<MAX>-k<K> (or -sched_<FIRST>-<LAST>k<K>_... for a k schedule)"
 
     def from_options(self, options: MethodOptions) -> Variant:
         lookahead = require_lookahead(self.name, options)
@@ -185,18 +198,24 @@ class VllmNgram(SpecMethod):
 
     def family(self, variant: Variant) -> str:
         low, high = self.window(variant)
-        return f"vllm_ngram (match {low}-{high})"
+        scheduled = ", k schedule" if k_schedule.schedule_of(variant) is not None else ""
+        return f"vllm_ngram (match {low}-{high}{scheduled})"
 
     def space(self, spec: SpaceSpec) -> list[Variant]:
         windows = [(1, n) for n in spec.ngram_max] if spec.ngram_max else list(VLLM_NGRAM_WINDOWS)
         return [make(k, low, high) for low, high in windows for k in spec.lookaheads or VLLM_NGRAM_LOOKAHEADS]
 
     def simulate(self, variant: Variant, sim: SimInput) -> SimResult:
+        """At batch 1 (one request at a time); a schedule drafts its batch-size-1 k there (k 0: no drafts)."""
         low, high = self.window(variant)
+        ranges = k_schedule.schedule_of(variant)
+        k = variant.lookahead if ranges is None else k_schedule.k_at(ranges, 1)
+        if k == 0:
+            return simulate_baseline(len(sim.output_ids))
         run = simulate(
             sim.prompt_ids,
             sim.output_ids,
-            k=variant.lookahead,
+            k=k,
             prompt_lookup_min=low,
             prompt_lookup_max=high,
             max_model_len=sim.max_length,
@@ -221,7 +240,12 @@ class VllmNgram(SpecMethod):
             "prompt_lookup_min": low,
             "prompt_lookup_max": high,
         }
-        return vllm_speculative(config, "vLLM's n-gram proposer, exactly as measured on vLLM.")
+        ranges = k_schedule.schedule_of(variant)
+        if ranges is None:
+            return vllm_speculative(config, "vLLM's n-gram proposer, exactly as measured on vLLM.")
+        config["num_speculative_tokens_per_batch_size"] = k_schedule.as_vllm(ranges)
+        shown = ", ".join(f"k {r.k} at batch sizes {r.first}-{r.last}" for r in ranges)
+        return vllm_speculative(config, f"vLLM's n-gram proposer with a batch-size schedule ({shown}), as measured.")
 
     def serving_transformers(self, variant: Variant, draft_path: str | None) -> dict[str, Any]:
         return {
