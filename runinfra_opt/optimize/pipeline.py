@@ -15,8 +15,11 @@ The phases, in order (one module each under `optimize/phases/`):
 9. `extend` (`--repeats auto`, the default): re-measure once a repeat in which the baseline drifted, then add
    repeats of the leading candidates while the winner's interval against the runner-up or the baseline straddles
    the decision threshold and budget remains; record how sure the decision is;
-10. `repredict`: the predictions again, with overheads fitted to the confirmation's baseline;
-11. `decide` on measured figures only, and 12. `write` the manifest.
+10. `schedule` (under `--load` on a serving engine): when the best lookahead differs across concurrency levels,
+    the batch-size -> k schedule built from the choices, measured as one more variant at batch 1 and at every
+    level, and written only if it beats every fixed k of its family there;
+11. `repredict`: the predictions again, with overheads fitted to the confirmation's baseline;
+12. `decide` on measured figures only (and per load level), and 13. `write` the manifest.
 
 Every finished phase is recorded in `results.phases_done` on disk; `--resume` skips those (restoring what
 later phases need from the results) and, inside an unfinished phase, the trials already recorded.
@@ -40,6 +43,7 @@ from runinfra_opt.optimize.phases import (
     plan,
     predict,
     profile,
+    schedule,
     write,
 )
 from runinfra_opt.optimize.rundir import open_run
@@ -74,6 +78,7 @@ PHASES: tuple[Phase, ...] = (
     Phase("predict", predict.run, rerun=True, timing="predict", needs=PREDICTOR),
     Phase("confirm", confirm.run, timing="confirm"),
     Phase("extend", extend.run, timing="confirm"),
+    Phase("schedule", schedule.run, timing="confirm"),
     Phase("repredict", predict.run_after_confirm, rerun=True, timing="predict", needs=PREDICTOR),
     Phase("decide", decide.run, rerun=True, timing="decide"),
     Phase("write", write.run, rerun=True, timing="decide"),

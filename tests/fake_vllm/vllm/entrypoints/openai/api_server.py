@@ -13,6 +13,12 @@ elsewhere. Every chunk takes 10 ms (one decoding step). With `--speculative-conf
 to k + 1 tokens and counts drafts in /metrics as vLLM does. FAKE_VLLM_SPEC (servers with a speculative config
 only): `reject` (exits at start-up as vLLM does on a config it refuses); `diverge:N` (output token N
 differs); `die_after:N` (exits after N requests).
+
+FAKE_VLLM_STEP=batch makes a step cost grow with the batch, as verification does on a real server: with B
+requests in flight and k drafted tokens a step takes 10 ms x (1 + 0.05 x k^2 x (B - 1)), so a long lookahead
+wins alone and a short one under load. The k of a step follows `num_speculative_tokens_per_batch_size` (by the
+requests in flight, as vLLM's scheduler does) when the config has one; FAKE_VLLM_STEP=batch_bad ignores the
+schedule and always drafts `num_speculative_tokens` (a schedule that measures worse than its parts).
 """
 
 import argparse
@@ -21,6 +27,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -64,10 +71,26 @@ def main():
             time.sleep(1)
 
     counters = {"drafts": 0, "draft_tokens": 0, "accepted": 0, "generated": 0, "requests": 0}
+    step_mode = os.environ.get("FAKE_VLLM_STEP", "")
+    schedule = (spec or {}).get("num_speculative_tokens_per_batch_size") if step_mode == "batch" else None
+    in_flight = [0]
+    lock = threading.Lock()
+
+    def k_now(k_max):
+        """The lookahead of the next step: by the schedule at the requests in flight, else the configured k."""
+        if not schedule:
+            return k_max
+        batch = in_flight[0]
+        k = k_max
+        for first, _last, value in sorted(schedule):
+            if batch >= first:
+                k = min(value, k_max)
+        return k
     api_key = os.environ.get("VLLM_API_KEY")
 
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.0"
+        disable_nagle_algorithm = True  # each streamed chunk leaves at once (Nagle held small writes ~200 ms)
 
         def log_message(self, format, *a):
             pass
@@ -85,22 +108,43 @@ def main():
                 at = int(spec_mode.split(":")[1])
                 if at < n:
                     out[at] = out[at] + 1
-            k = int(spec["num_speculative_tokens"]) if spec else 0
-            chunks, i = [], 0
+            k_max = int(spec["num_speculative_tokens"]) if spec else 0
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            self.end_headers()
+            with lock:
+                in_flight[0] += 1
+            try:
+                self._stream(out, n, k_max)
+            finally:
+                with lock:
+                    in_flight[0] -= 1
+            usage = {"prompt_tokens": len(prompt), "completion_tokens": n, "total_tokens": len(prompt) + n}
+            self.wfile.write(f"data: {json.dumps({'choices': [], 'usage': usage})}\n\n".encode())
+            self.wfile.write(b"data: [DONE]\n\n")
+            self.wfile.flush()
+            counters["generated"] += n
+            counters["requests"] += 1
+            if spec_mode.startswith("die_after:") and counters["requests"] >= int(spec_mode.split(":")[1]):
+                child.kill()
+                os._exit(1)
+
+        def _stream(self, out, n, k_max):
+            """The output in chunks: the first token alone (prefill), then up to k + 1 per step."""
+            position, i = 0, 0
             while i < n:
-                size = 1 if i == 0 or not spec else min(k + 1, n - i)
-                chunks.append(out[i : i + size])
-                if spec and i > 0:
+                k = k_now(k_max) if i > 0 else 0
+                size = min(k + 1, n - i)
+                chunk = out[i : i + size]
+                if k > 0:
                     counters["drafts"] += 1
                     counters["draft_tokens"] += k
                     counters["accepted"] += size - 1
                 i += size
-            self.send_response(200)
-            self.send_header("Content-Type", "text/event-stream")
-            self.end_headers()
-            position = 0
-            for chunk in chunks:
-                time.sleep(0.01)  # one decoding step per chunk: a verified chunk costs about a plain step
+                step = 0.01  # one decoding step per chunk: a verified chunk costs about a plain step
+                if step_mode.startswith("batch"):
+                    step *= 1 + 0.05 * k * k * max(in_flight[0] - 1, 0)
+                time.sleep(step)
                 tops = []
                 for tid in chunk:
                     margin = 0.01 if position == 3 else 2.0
@@ -122,15 +166,6 @@ def main():
                 }
                 self.wfile.write(f"data: {json.dumps(event)}\n\n".encode())
                 self.wfile.flush()
-            usage = {"prompt_tokens": len(prompt), "completion_tokens": n, "total_tokens": len(prompt) + n}
-            self.wfile.write(f"data: {json.dumps({'choices': [], 'usage': usage})}\n\n".encode())
-            self.wfile.write(b"data: [DONE]\n\n")
-            self.wfile.flush()
-            counters["generated"] += n
-            counters["requests"] += 1
-            if spec_mode.startswith("die_after:") and counters["requests"] >= int(spec_mode.split(":")[1]):
-                child.kill()
-                os._exit(1)
 
         def do_GET(self):
             if self.path == "/health":

@@ -1,0 +1,49 @@
+"""Phase `schedule`: a batch-size -> lookahead schedule, measured as a variant of its own before it may be written.
+
+Runs only under load (`--load` with a serving engine). When the choice rule (`optimize.kschedule`) picks a
+different lookahead at different concurrency levels for one family of variants, the schedule built from those
+choices (vLLM's `num_speculative_tokens_per_batch_size`) becomes one more variant: timed at batch 1 against
+the baseline's outputs like any other, then served at every load level on its own server. Only if it then
+measures better than every fixed lookahead of its family at the levels it covers is it written
+(`results.load.schedule.written`) and allowed to win a level; otherwise it stays in the results as measured,
+with the reason. A schedule is never written on the strength of its parts (vLLM issue #49548: a dynamic-k
+schedule collapsed throughput at its threshold).
+
+The proposal is fixed in `results.load.schedule` before anything is timed, so a resume measures the same one.
+"""
+
+from __future__ import annotations
+
+from runinfra_opt.methods import BASELINE, Variant
+from runinfra_opt.optimize import kschedule, underload
+from runinfra_opt.optimize.phases.confirm import summarize_measured, time_by_variant
+from runinfra_opt.optimize.state import RunState
+
+
+def run(state: RunState) -> None:
+    results = state.results
+    if not underload.levels_of(state) or results.load is None:
+        return
+    if results.load.schedule is None:
+        proposed = kschedule.propose(results)
+        if proposed is None:
+            return
+        variant, schedule = proposed
+        results.load.schedule = schedule
+        vr = state.variant_result(variant)
+        vr.variant = variant.to_dict()
+        if variant.name not in results.space:
+            results.space.append(variant.name)
+        state.save()
+    schedule = results.load.schedule
+    found = results.variant(schedule.variant)
+    assert found is not None
+    variant = Variant.from_dict(found.variant)
+    if variant not in state.space:
+        state.space.append(variant)
+    time_by_variant(state, [BASELINE, variant])  # the baseline is measured already: no launch for it
+    summarize_measured(state, [variant])
+    results.load.schedule = kschedule.verify(results, schedule)
+    if not results.load.schedule.written:
+        results.add_note(f"k schedule {schedule.variant} not written: {results.load.schedule.reason}")
+    state.save()
