@@ -40,7 +40,7 @@ from runinfra_opt.engine.vllm.environment import VllmEnvironment, resolve_enviro
 from runinfra_opt.engine.vllm.server import DEFAULT_STARTUP_TIMEOUT_S, ServerConfig, ServeSettings, VllmServer
 from runinfra_opt.errors import EngineError, UserInputError
 from runinfra_opt.load import LoadLevel, LoadRecord, plan, run_level
-from runinfra_opt.load.runner import RecordSink
+from runinfra_opt.load.runner import RecordSink, StreamedResult
 from runinfra_opt.methods import Variant, get_method
 from runinfra_opt.methods.registry import draft_owner
 from runinfra_opt.records import RequestRecord
@@ -297,7 +297,7 @@ class VllmEngine:
 
         failures = 0
 
-        def count(record: LoadRecord, result: RequestResult) -> None:
+        def count(record: LoadRecord, result: StreamedResult) -> None:
             nonlocal failures
             failures += not record.success
 
