@@ -3,11 +3,17 @@
 from __future__ import annotations
 
 import os
+import re
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TextIO
+
+
+def safe_name(text: str) -> str:
+    """`text` as a file name: every run of characters other than letters, digits, `_`, `.` and `-` becomes `_`."""
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", text)
 
 
 @contextmanager

@@ -11,6 +11,7 @@ per session). `tests/test_zz_isolation_guard.py` checks at the end that nothing 
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -19,6 +20,8 @@ from typer.testing import CliRunner
 
 from tests.isolation import snapshot, user_cache_dir
 from tests.tiny_models import build_pair
+
+FAKE_VLLM = Path(__file__).parent / "fake_vllm"
 
 REPO = Path(__file__).resolve().parents[1]
 GUARDED = {"repository .runinfra": REPO / ".runinfra", "user cache": user_cache_dir(os.environ)}
@@ -75,6 +78,16 @@ def shared_model_cache(isolated_cache: Path, _session_models: Path) -> Path:
 def tiny_models(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     """(target_dir, draft_dir): a 4-layer tiny Llama and a 2-layer draft sharing its tokenizer."""
     return build_pair(tmp_path_factory.mktemp("tiny"))
+
+
+@pytest.fixture
+def fake_vllm(monkeypatch: pytest.MonkeyPatch) -> str:
+    """The python to launch the stand-in vLLM server (tests/fake_vllm) with, in its default mode."""
+    monkeypatch.setenv("PYTHONPATH", str(FAKE_VLLM))
+    monkeypatch.delenv("FAKE_VLLM_MODE", raising=False)
+    monkeypatch.delenv("FAKE_VLLM_SPEC", raising=False)
+    monkeypatch.delenv("FAKE_VLLM_STEP", raising=False)
+    return sys.executable
 
 
 @pytest.fixture

@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import shlex
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -21,20 +20,11 @@ from runinfra_opt.methods.base import SimInput
 from runinfra_opt.methods.vllm_ngram import make
 from runinfra_opt.results import load_results
 
-FAKE_VLLM = Path(__file__).parent / "fake_vllm"
 PROMPTS = [
     "copy copy copy this line: alpha beta gamma",
     "the quick brown fox jumps over the lazy dog",
     "one two three four five six",
 ]
-
-
-@pytest.fixture
-def fake_vllm(monkeypatch: pytest.MonkeyPatch) -> str:
-    monkeypatch.setenv("PYTHONPATH", str(FAKE_VLLM))
-    monkeypatch.delenv("FAKE_VLLM_MODE", raising=False)
-    monkeypatch.delenv("FAKE_VLLM_SPEC", raising=False)
-    return sys.executable
 
 
 @pytest.fixture

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +25,6 @@ from runinfra_opt.results import (
 )
 from runinfra_opt.workload.model import Request
 
-FAKE_VLLM = Path(__file__).parent / "fake_vllm"
 PROMPTS = [
     "copy copy copy this line: alpha beta gamma",
     "the quick brown fox jumps over the lazy dog",
@@ -35,14 +33,6 @@ PROMPTS = [
     "red green blue red green blue",
     "a b c d e f g a b c d",
 ]
-
-
-@pytest.fixture
-def fake_vllm(monkeypatch: pytest.MonkeyPatch) -> str:
-    monkeypatch.setenv("PYTHONPATH", str(FAKE_VLLM))
-    monkeypatch.delenv("FAKE_VLLM_MODE", raising=False)
-    monkeypatch.delenv("FAKE_VLLM_SPEC", raising=False)
-    return sys.executable
 
 
 def _workload(tmp_path: Path, *, arrivals: bool = True) -> Path:

@@ -96,7 +96,7 @@ def _gain_text(gain: Interval | None) -> str:
     return f"{gain.value:.2f}x (95% CI {gain.low:.2f}-{gain.high:.2f})"
 
 
-def _beats_baseline(gain: Interval | None, min_speedup: float) -> bool:
+def beats_baseline(gain: Interval | None, min_speedup: float) -> bool:
     return gain is not None and gain.low > 1.0 and gain.value >= min_speedup
 
 
@@ -287,7 +287,7 @@ def _by_throughput(
             f"({winner.tokens_per_s:.1f} tokens/s, {_gain_text(winner.gain)} the baseline, which is ruled out: "
             f"{'; '.join(base.result.ruled_out) or base.result.disqualified})."
         )
-    paying = [c for c in ranked if _beats_baseline(c.gain, constraints.min_speedup)]
+    paying = [c for c in ranked if beats_baseline(c.gain, constraints.min_speedup)]
     if paying:
         pool = sorted([*paying, base], key=lambda c: -c.tokens_per_s)
         winner = _pick(results, pool, pool[0].tokens_per_s, "tokens_per_s")
@@ -360,7 +360,7 @@ def _by_ttft(
             f"{winner.name} reaches the first token sooner: TTFT {percentile} {_ms(winner.ttft_s)} vs "
             f"{_ms(base.ttft_s)} for the baseline, at {_gain_text(winner.gain)} its throughput."
         )
-    if base_tied and _beats_baseline(winner.gain, constraints.min_speedup):
+    if base_tied and beats_baseline(winner.gain, constraints.min_speedup):
         return winner, (
             f"{winner.name} is tied with the baseline on TTFT {percentile} ({_ms(winner.ttft_s)} vs "
             f"{_ms(base.ttft_s)}) and {_gain_text(winner.gain)} faster in throughput."

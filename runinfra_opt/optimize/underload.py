@@ -27,16 +27,18 @@ at each level on its own server, and what the levels decide.
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Sequence
+from functools import partial
 from pathlib import Path
 from typing import cast
 
 from runinfra_opt.engine.protocol import Capability, LoadServer
 from runinfra_opt.errors import UserInputError
+from runinfra_opt.fsutil import safe_name
 from runinfra_opt.load import Concurrency, LevelRun, LoadLevel, Replay, level_metrics, parse_load, throughput_ratio
 from runinfra_opt.load.store import RecordWriter, read_run
 from runinfra_opt.methods import BASELINE, Variant
+from runinfra_opt.optimize.select import TIE, beats_baseline
 from runinfra_opt.optimize.state import RunState
 from runinfra_opt.results import (
     Crossover,
@@ -57,7 +59,6 @@ the last N drain, so a shorter run has no steady window to measure."""
 MAX_SWEEP = 4
 GOODPUT_SLACK = 0.01
 """A variant's goodput share may fall this far below the baseline's (one request in a hundred) and still win."""
-TIE = 0.01
 
 
 def auto_levels(requests: Sequence[Request], time_scale: float = 1.0) -> list[LoadLevel]:
@@ -94,7 +95,7 @@ def levels_of(state: RunState) -> list[LoadLevel]:
     results = state.results
     if results.load is None:
         results.load = LoadSummary(
-            spec="+".join(_spec_part(level) for level in levels),
+            spec="+".join(level.name for level in levels),
             levels=[level.name for level in levels],
             time_scale=config.time_scale,
             burstiness=config.burstiness,
@@ -105,17 +106,9 @@ def levels_of(state: RunState) -> list[LoadLevel]:
     return levels
 
 
-def _spec_part(level: LoadLevel) -> str:
-    return level.name
-
-
-def _file_name(name: str) -> str:
-    return re.sub(r"[^A-Za-z0-9_.-]+", "_", name)
-
-
 def records_path(variant: str, level: str) -> Path:
     """Where a variant's raw records at a level go, relative to the run directory."""
-    return Path("load") / _file_name(variant) / f"{_file_name(level)}.jsonl"
+    return Path("load") / safe_name(variant) / f"{safe_name(level)}.jsonl"
 
 
 def _baseline_run(state: RunState, level: str) -> LevelRun | None:
@@ -254,7 +247,7 @@ def _by_throughput(
     best_vr, best = min(tied, key=lambda row: (row[0].variant.get("lookahead", 0), row[0].name))
     gain = best.vs_baseline
     figures = f"{_tokens(best):.1f} vs {_tokens(base):.1f} tokens/s, {_ratio_text(gain)}"
-    if gain is not None and gain.low > 1.0 and gain.value >= min_speedup:
+    if beats_baseline(gain, min_speedup):
         return LevelDecision(
             level=level, winner=best_vr.name, figure=figure, gain=gain, reason=f"{best_vr.name}: {figures}.{tail}"
         )
@@ -336,49 +329,29 @@ def _crossing(points: Sequence[tuple[int, float]]) -> float | None:
 
 def crossover_of(variant: str, method: str, points: Sequence[tuple[int, Interval]]) -> Crossover:
     ratios = {f"concurrency:{c}": gain for c, gain in points}
+    made = partial(Crossover, variant=variant, method=method, ratios=ratios)
     shown = ", ".join(f"{g.value:.2f}x at {c}" for c, g in points)
     values = [g.value for _, g in points]
     if not points:
-        return Crossover(variant=variant, method=method, status="unclear", text=f"{variant}: no paired figures")
+        return made(status="unclear", text=f"{variant}: no paired figures")
     if all(v >= 1.0 for v in values):
-        return Crossover(
-            variant=variant,
-            method=method,
-            status="pays_everywhere",
-            ratios=ratios,
-            text=f"{variant} ({method}) pays at every concurrency measured ({shown})",
-        )
+        return made(status="pays_everywhere", text=f"{variant} ({method}) pays at every concurrency measured ({shown})")
     if all(v < 1.0 for v in values):
-        return Crossover(
-            variant=variant,
-            method=method,
-            status="never_pays",
-            ratios=ratios,
-            text=f"{variant} ({method}) pays at no concurrency measured ({shown})",
-        )
+        return made(status="never_pays", text=f"{variant} ({method}) pays at no concurrency measured ({shown})")
     point = _crossing([(c, g.value) for c, g in points])
     falls = all(a >= b for a, b in zip(values, values[1:], strict=False))
     if point is None or not falls:
-        return Crossover(
-            variant=variant,
-            method=method,
-            status="unclear",
-            ratios=ratios,
-            text=f"{variant} ({method}) does not fall steadily with concurrency ({shown})",
-        )
+        return made(status="unclear", text=f"{variant} ({method}) does not fall steadily with concurrency ({shown})")
     low = _crossing([(c, g.low) for c, g in points])
     high = _crossing([(c, g.high) for c, g in points])
     first, last = points[0][0], points[-1][0]
     low_text = f"{low:.1f}" if low is not None else f"below {first}"
     high_text = f"{high:.1f}" if high is not None else f"above {last}"
-    return Crossover(
-        variant=variant,
-        method=method,
+    return made(
         status="crosses",
         concurrency=round(point, 2),
         low=round(low, 2) if low is not None else None,
         high=round(high, 2) if high is not None else None,
-        ratios=ratios,
         text=(
             f"{variant} ({method}) stops paying at concurrency ~{point:.1f} (95% interval {low_text} to "
             f"{high_text}): {shown}"

@@ -26,7 +26,6 @@ drafting), so `optimize` times every variant (the serving-engine predictor is a 
 from __future__ import annotations
 
 import asyncio
-import re
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -39,6 +38,7 @@ from runinfra_opt.engine.vllm.client import CompletionRequest, OpenAIClient, Req
 from runinfra_opt.engine.vllm.environment import VllmEnvironment, resolve_environment
 from runinfra_opt.engine.vllm.server import DEFAULT_STARTUP_TIMEOUT_S, ServerConfig, ServeSettings, VllmServer
 from runinfra_opt.errors import EngineError, UserInputError
+from runinfra_opt.fsutil import safe_name
 from runinfra_opt.load import LoadLevel, LoadRecord, plan, run_level
 from runinfra_opt.load.runner import RecordSink, StreamedResult
 from runinfra_opt.methods import Variant, get_method
@@ -78,10 +78,6 @@ class Launch:
 def top_margins(result: RequestResult) -> list[float | None]:
     """Per output position, log p(top-1) - log p(top-2) (None where fewer than two candidates came back)."""
     return [round(top[0][1] - top[1][1], 5) if len(top) >= 2 else None for top in result.top_logprobs]
-
-
-def _file_name(variant: Variant) -> str:
-    return re.sub(r"[^A-Za-z0-9_.-]+", "_", variant.name)
 
 
 class VllmEngine:
@@ -174,7 +170,7 @@ class VllmEngine:
             current.check_alive()
             return current
         self._stop_server()
-        name = _file_name(variant)
+        name = safe_name(variant.name)
         server = VllmServer(
             self.vllm.python,
             config,
