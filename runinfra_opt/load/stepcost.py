@@ -1,0 +1,103 @@
+"""A serving engine's measured step-cost table: what one scheduler step of the target takes, by the number of
+sequences in the batch and the tokens each sequence carries in that step (1 for plain decoding, up to k + 1
+when k drafted tokens are verified), and what a prefill takes by prompt length.
+
+The serving-engine predictor (`runinfra_opt.load.predict`) turns simulated speculative rounds into time with
+it; `runinfra_opt.engine.vllm.stepcost` measures it on a running baseline server. It is data: measured points
+and their interpolation, nothing fitted to a formula (verification on a CPU is neither free nor monotonic in the
+tokens per sequence: FACTS.md). Nothing here imports numpy.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+
+def interpolate(points: Sequence[tuple[float, float]], x: float) -> float:
+    """Piecewise linear through sorted (x, y) points; outside them, linear along the end segment; a single point
+    is a constant. Never below 0."""
+    if not points:
+        raise ValueError("no points to interpolate")
+    if len(points) == 1:
+        return max(points[0][1], 0.0)
+    xs = [p[0] for p in points]
+    i = bisect_left(xs, x)
+    if i < len(xs) and xs[i] == x:
+        return max(points[i][1], 0.0)
+    lo, hi = (0, 1) if i <= 0 else (len(points) - 2, len(points) - 1) if i >= len(points) else (i - 1, i)
+    (x0, y0), (x1, y1) = points[lo], points[hi]
+    return max(y0 + (y1 - y0) * (x - x0) / (x1 - x0), 0.0)
+
+
+@dataclass(frozen=True)
+class StepCostTable:
+    """Seconds of one step by (batch size, tokens per sequence), and of a prefill by prompt tokens."""
+
+    batch_sizes: tuple[int, ...]
+    """Measured batch sizes, ascending (sequences in one step)."""
+    tokens: tuple[int, ...]
+    """Measured tokens per sequence in one step, ascending (1 = a plain decoding step; k + 1 = a verification
+    of k drafted tokens)."""
+    seconds: tuple[tuple[float, ...], ...]
+    """`seconds[i][j]`: the step time at `batch_sizes[i]` sequences of `tokens[j]` tokens each."""
+    prefill: tuple[tuple[int, float], ...] = ()
+    """(prompt tokens, seconds) of a prefill alone, ascending in tokens (empty: `prefill_s` uses the steps)."""
+    context: int | None = None
+    """The context length (KV cache per sequence) the steps were measured at."""
+    method: str = ""
+    """How it was measured, in words (for results and docs)."""
+    notes: tuple[str, ...] = field(default=())
+
+    def __post_init__(self) -> None:
+        if not self.batch_sizes or not self.tokens:
+            raise ValueError("a step-cost table needs at least one batch size and one token count")
+        if list(self.batch_sizes) != sorted(set(self.batch_sizes)) or list(self.tokens) != sorted(set(self.tokens)):
+            raise ValueError("batch sizes and token counts must be ascending and distinct")
+        if len(self.seconds) != len(self.batch_sizes) or any(len(row) != len(self.tokens) for row in self.seconds):
+            raise ValueError("seconds must have one row per batch size and one column per token count")
+        if min(self.batch_sizes) < 1 or min(self.tokens) < 1:
+            raise ValueError("batch sizes and token counts start at 1")
+
+    def step_s(self, batch: int, tokens_per_seq: float) -> float:
+        """One step of `batch` sequences carrying `tokens_per_seq` tokens each: linear in the tokens within a
+        measured batch size, then linear in the batch size between (and beyond) the measured ones."""
+        if batch < 1:
+            raise ValueError("a step has at least one sequence")
+        by_batch = [
+            (float(b), interpolate(list(zip(map(float, self.tokens), row, strict=True)), tokens_per_seq))
+            for b, row in zip(self.batch_sizes, self.seconds, strict=True)
+        ]
+        return interpolate(by_batch, float(batch))
+
+    def prefill_s(self, prompt_tokens: int) -> float:
+        """A prefill of `prompt_tokens` tokens alone (piecewise linear over the measured lengths); without
+        prefill points, one step of one sequence of that many tokens."""
+        if self.prefill:
+            return interpolate([(float(n), s) for n, s in self.prefill], float(prompt_tokens))
+        return self.step_s(1, float(prompt_tokens))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "batch_sizes": list(self.batch_sizes),
+            "tokens": list(self.tokens),
+            "seconds": [list(row) for row in self.seconds],
+            "prefill": [list(point) for point in self.prefill],
+            "context": self.context,
+            "method": self.method,
+            "notes": list(self.notes),
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> StepCostTable:
+        return cls(
+            batch_sizes=tuple(int(b) for b in data["batch_sizes"]),
+            tokens=tuple(int(t) for t in data["tokens"]),
+            seconds=tuple(tuple(float(s) for s in row) for row in data["seconds"]),
+            prefill=tuple((int(n), float(s)) for n, s in data.get("prefill", [])),
+            context=data.get("context"),
+            method=str(data.get("method", "")),
+            notes=tuple(data.get("notes", [])),
+        )
