@@ -487,3 +487,37 @@ def test_load_plan_bad_input_exits_2_with_one_line(tmp_path: Path, args: list[st
     assert result.exit_code == 2
     assert len(result.stderr.strip().splitlines()) == 1, result.stderr
     assert result.stderr.startswith(message), result.stderr
+
+
+def test_a_closed_loop_of_equal_answers_has_an_interval_not_a_point() -> None:
+    # Concurrency 1, every answer 8 tokens, but the requests take different times (as prompts and acceptance
+    # differ): the interval must reflect the times. With equal shares of the window per request, every resample
+    # would have the same tokens per share and the interval would collapse to the point (as it did on vLLM).
+    durations = [0.5, 1.5, 0.7, 1.2, 0.9, 2.0, 0.6, 1.1, 0.8, 1.4, 0.5, 1.0]
+    starts = np.concatenate([[0.0], np.cumsum(durations[:-1])]).tolist()
+    run = _level_run(
+        [_record(i, starts[i], ttft=0.1, e2e=d, tokens=[1, 7]) for i, d in enumerate(durations)],
+        level=Concurrency(1),
+    )
+    metrics = level_metrics([run])
+    assert metrics.output_tokens_per_s is not None
+    tps = metrics.output_tokens_per_s
+    low, value, high = tps.low, tps.value, tps.high
+    assert low < value < high
+    assert high / low > 1.1
+    # Paired: each request 1.6x-2.5x as fast (as acceptance differs by request): a ratio near 2 with a spread.
+    factors = [0.4, 0.6, 0.5, 0.45, 0.55, 0.5, 0.4, 0.6, 0.5, 0.45, 0.55, 0.5]
+    fast_durations = [d * f for d, f in zip(durations, factors, strict=True)]
+    fast_starts = np.concatenate([[0.0], np.cumsum(fast_durations[:-1])]).tolist()
+    faster = _level_run(
+        [_record(i, fast_starts[i], ttft=d, e2e=d, tokens=[8]) for i, d in enumerate(fast_durations)],
+        level=Concurrency(1),
+    )
+    # Both runs: every request's 8 tokens in one chunk at its end, so the same requests count in both windows.
+    whole = _level_run(
+        [_record(i, starts[i], ttft=d, e2e=d, tokens=[8]) for i, d in enumerate(durations)], level=Concurrency(1)
+    )
+    ratio = throughput_ratio([faster], [whole])
+    assert ratio is not None
+    assert 1.8 < ratio.value < 2.2
+    assert ratio.low < ratio.value < ratio.high

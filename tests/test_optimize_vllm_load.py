@@ -272,6 +272,14 @@ def test_the_crossover_is_where_the_ratio_falls_through_one() -> None:
     assert 8.0 < crossing.high < 16.0
     assert "stops paying at concurrency ~8.0" in crossing.text
     assert crossover_of("v", "m", [(1, points[0][1]), (4, points[0][1])]).status == "pays_everywhere"
+    # Above 1 by every point, but the interval reaches 1 at 8 (as on vLLM: 1.01x [0.90, 1.20]): not "pays
+    # everywhere"; the crossover may lie from where the lower bound falls through 1 on.
+    fading = [points[0], (8, Interval(value=1.01, low=0.9, high=1.2))]
+    unsure = crossover_of("v", "m", fading)
+    assert unsure.status == "unclear"
+    assert unsure.low is not None
+    assert 1.0 < unsure.low < 8.0
+    assert "from 8 on its 95% interval reaches 1" in unsure.text
     assert crossover_of("v", "m", [(1, points[2][1]), (4, points[2][1])]).status == "never_pays"
     bumpy = [points[0], points[2], (16, Interval(value=1.2, low=1.1, high=1.3))]
     assert crossover_of("v", "m", bumpy).status == "unclear"

@@ -8,7 +8,11 @@ and the metrics say so (`MeasuredWindow.steady`).
 
 - Output tokens/s: output tokens of successful requests streamed inside the windows (each chunk counted at its
   arrival time, scaled to the server's `usage` count) over the windows' total length, with a 95% bootstrap
-  interval over requests x repeats (`runinfra_opt.stats.bootstrap_interval`).
+  interval over requests x repeats (`runinfra_opt.stats.bootstrap_interval`). For the bootstrap each request
+  carries its tokens in the window and its share of the window's time: the time it was in flight inside the
+  window, scaled so that the shares add up to the window (`_window_shares`). A resample then varies both what
+  requests produced and how long they took (equal shares would leave only the token counts to vary, and with
+  every answer capped at the same length the interval collapses to a point).
 - Requests/s: successful requests completed inside the windows over their length.
 - TTFT, TPOT ((e2e - TTFT) / (tokens - 1)), ITL (gaps between output chunks) and e2e percentiles over the
   successful requests sent inside the windows; the send lag over every request.
@@ -92,6 +96,19 @@ def _window_tokens(run: LevelRun, window: MeasuredWindow) -> Any:
     return counts
 
 
+def _window_shares(run: LevelRun, window: MeasuredWindow) -> list[float]:
+    """Per record (in `run.records` order): its share of the window's length, in proportion to the time it was in
+    flight inside the window (sent to done, clipped to the window); equal shares when none overlaps it."""
+    count = len(run.records)
+    if not count:
+        return []
+    overlaps = [max(0.0, min(r.done_s, window.end_s) - max(r.sent_s, window.start_s)) for r in run.records]
+    total = sum(overlaps)
+    if total <= 0:
+        return [window.seconds / count] * count
+    return [window.seconds * overlap / total for overlap in overlaps]
+
+
 def level_metrics(
     runs: Sequence[LevelRun],
     *,
@@ -120,9 +137,10 @@ def level_metrics(
     lags: array[float] = array("d")
     succeeded = failed = 0
     for run, window in zip(runs, windows, strict=True):
-        in_window = _window_tokens(run, window)
-        tokens.extend(in_window.tolist())
-        shares.extend([window.seconds / len(run.records)] * len(run.records) if run.records else [])
+        for count, share in zip(_window_tokens(run, window).tolist(), _window_shares(run, window), strict=True):
+            if share > 0 or count > 0:  # one never in flight inside the window adds nothing to either sum
+                tokens.append(count)
+                shares.append(share)
         for record in run.records:
             lags.append(record.send_lag_s)
             succeeded += record.success
@@ -196,8 +214,11 @@ def _rows(run: LevelRun, warmup_fraction: float) -> dict[int, tuple[float, float
     """Per request index: (its output tokens inside the run's window, its share of the window's length)."""
     window = measured_window(run, warmup_fraction)
     tokens = _window_tokens(run, window)
-    share = window.seconds / len(run.records) if run.records else 0.0
-    return {record.index: (float(count), share) for record, count in zip(run.records, tokens, strict=True)}
+    shares = _window_shares(run, window)
+    return {
+        record.index: (float(count), share)
+        for record, count, share in zip(run.records, tokens, shares, strict=True)
+    }
 
 
 def throughput_ratio(
@@ -241,7 +262,12 @@ def _ratio(tokens: Any, shares: Any, base_tokens: Any, base_shares: Any, axis: i
 
 
 def _tokens_per_s(tokens: Any, shares: Any, axis: int = -1) -> Any:
-    return tokens.sum(axis=axis) / shares.sum(axis=axis)
+    """Tokens over time; 0 for a resample whose requests were none of them in flight inside the window (they
+    streamed nothing there either)."""
+    import numpy as np
+
+    seconds = shares.sum(axis=axis)
+    return np.where(seconds > 0, tokens.sum(axis=axis) / np.where(seconds > 0, seconds, 1.0), 0.0)
 
 
 def _meets(ttft_s: float | None, tpot_s: float | None, slo_ttft_ms: float | None, slo_tpot_ms: float | None) -> bool:

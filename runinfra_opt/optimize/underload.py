@@ -334,8 +334,24 @@ def crossover_of(variant: str, method: str, points: Sequence[tuple[int, Interval
     values = [g.value for _, g in points]
     if not points:
         return made(status="unclear", text=f"{variant}: no paired figures")
-    if all(v >= 1.0 for v in values):
+    if all(g.low > 1.0 for _, g in points):
         return made(status="pays_everywhere", text=f"{variant} ({method}) pays at every concurrency measured ({shown})")
+    if all(v >= 1.0 for v in values):
+        # Every point above 1, but from some level on the interval reaches 1: it may already have stopped paying
+        # there. The crossover is not inside the measured range by the points; it may be from where the lower
+        # bound falls through 1 (or is at any level whose interval reaches 1).
+        reach = next(c for c, g in points if g.low <= 1.0)
+        low = _crossing([(c, g.low) for c, g in points])
+        shown_intervals = ", ".join(f"{g.value:.2f}x [{g.low:.2f}, {g.high:.2f}] at {c}" for c, g in points)
+        return made(
+            status="unclear",
+            low=round(low, 2) if low is not None else None,
+            text=(
+                f"{variant} ({method}) is above the baseline at every concurrency measured, but from {reach} on its "
+                f"95% interval reaches 1 (no gain beyond noise): it stops paying at or above "
+                f"{f'~{low:.1f}' if low is not None else str(reach)}, not measured further ({shown_intervals})"
+            ),
+        )
     if all(v < 1.0 for v in values):
         return made(status="never_pays", text=f"{variant} ({method}) pays at no concurrency measured ({shown})")
     point = _crossing([(c, g.value) for c, g in points])

@@ -266,7 +266,8 @@ def schedule_line(results: RunResults) -> str | None:
         return f"k schedule: written to the manifest ({ranges}; measured as {schedule.variant}){why}"
     if not ranges:
         return f"k schedule: none: {schedule.reason}" if schedule.reason else "k schedule: none built in this run."
-    why = schedule.reason or ("not measured at every level it covers" if not schedule.verified else "")
+    why = (schedule.reason or "").removeprefix("not written: ")
+    why = why or ("not measured at every level it covers" if not schedule.verified else "")
     return f"k schedule ({ranges}): not written" + (f": {why}" if why else ".")
 
 

@@ -45,5 +45,6 @@ def run(state: RunState) -> None:
     summarize_measured(state, [variant])
     results.load.schedule = kschedule.verify(results, schedule)
     if not results.load.schedule.written:
-        results.add_note(f"k schedule {schedule.variant} not written: {results.load.schedule.reason}")
+        reason = results.load.schedule.reason.removeprefix("not written: ")
+        results.add_note(f"k schedule {schedule.variant} not written: {reason}")
     state.save()
