@@ -81,6 +81,9 @@ class Summary(_Model):
     draft_passes: int | None = None
     output_tokens: int | None = None
     lossless: bool | None = None
+    near_ties_only: bool = False
+    """Not lossless, but every differing output first differs at a numerical near-tie of the baseline's (its top
+    two candidates within the tie tolerance: reduced-precision kernels); such a variant is not disqualified."""
 
 
 class VariantResult(_Model):

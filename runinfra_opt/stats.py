@@ -67,6 +67,12 @@ def lossless(records: Sequence[RequestRecord]) -> bool | None:
     return all(compared)
 
 
+def near_ties_only(records: Sequence[RequestRecord]) -> bool:
+    """True when some records differ from the baseline and every one of them differs at a near-tie."""
+    differing = [r for r in records if r.lossless is False]
+    return bool(differing) and all(r.near_tie for r in differing)
+
+
 def summarize(records: Sequence[RequestRecord]) -> Summary:
     """Aggregate figures for one variant from its raw records (all requests x repeats)."""
     tpots = [t for r in records if (t := r.tpot_s) is not None]
@@ -81,6 +87,7 @@ def summarize(records: Sequence[RequestRecord]) -> Summary:
         draft_passes=sum(r.draft_passes for r in records),
         output_tokens=sum(r.output_tokens for r in records),
         lossless=lossless(records),
+        near_ties_only=near_ties_only(records),
     )
 
 

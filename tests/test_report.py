@@ -353,3 +353,24 @@ def test_runs_without_a_decision_say_why(status: str, headline: str) -> None:
     assert headline in text
     assert "Note: failed after phase confirm: out of memory" in text
     assert headline in render_markdown(results)
+
+
+def test_outputs_that_differ_only_at_near_ties_show_as_ties_not_as_lossy() -> None:
+    from runinfra_opt.records import RequestRecord
+    from runinfra_opt.report.view import fmt_lossless
+    from runinfra_opt.stats import summarize
+
+    def record(request_id: str, lossless: bool, near_tie: bool | None = None) -> RequestRecord:
+        return RequestRecord(request_id=request_id, category="c", prompt_tokens=3, output_tokens=4, ttft_s=0.1,
+                             e2e_s=0.4, target_passes=4, lossless=lossless, near_tie=near_tie)  # fmt: skip
+
+    ties = summarize([record("a", True), record("b", False, near_tie=True)])
+    assert ties.lossless is False
+    assert ties.near_ties_only
+    assert fmt_lossless(ties.lossless, ties.near_ties_only) == "ties"
+    lossy = summarize([record("a", False, near_tie=True), record("b", False, near_tie=False)])
+    assert lossy.lossless is False
+    assert not lossy.near_ties_only
+    assert fmt_lossless(lossy.lossless, lossy.near_ties_only) == "NO"
+    exact = summarize([record("a", True)])
+    assert fmt_lossless(exact.lossless, exact.near_ties_only) == "yes"

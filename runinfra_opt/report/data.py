@@ -58,6 +58,7 @@ def variants_frame(results: RunResults) -> Any:
             "status": row.status,
             "confirmed": row.confirmed,
             "lossless": row.lossless,
+            "near_ties_only": row.near_ties_only,
             "disqualified": row.disqualified,
             "ruled_out": "; ".join(row.ruled_out) or None,
             "prediction_error": row.prediction_error,
@@ -72,6 +73,7 @@ def variants_frame(results: RunResults) -> Any:
 _REQUEST_FIELDS = tuple(f for f in RequestRecord.model_fields if f not in ("output_ids", "variant"))
 VARIANT_CSV_COLUMNS = (
     ["variant", "method", "lookahead", "draft", "ngram_max", "exit_layer", "status", "confirmed", "lossless"]
+    + ["near_ties_only"]
     + ["disqualified", "ruled_out", "prediction_error"]
     + list(_summary_columns("predicted", None))
     + list(_summary_columns("measured", None))

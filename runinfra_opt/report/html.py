@@ -254,7 +254,7 @@ def render_html(results: RunResults) -> str:
     classes = ["winner" if r.status == "winner" else ("excluded" if r.status in ("ruled out", "disqualified")
                                                       else "") for r in rows]
     parts.append(_table(text.VARIANT_COLUMNS, [text.variant_cells(r) for r in rows], classes))
-    parts.append(f'<p class="legend">{html.escape(text.LEGEND)}</p>')
+    parts.append(f'<p class="legend">{html.escape(text.legend(rows))}</p>')
     for title, columns, cells in (
         ("Per category", text.CATEGORY_COLUMNS, text.category_cells(results)),
         ("Predicted vs measured", text.PREDICTION_COLUMNS, text.prediction_cells(rows)),

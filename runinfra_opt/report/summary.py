@@ -95,7 +95,8 @@ def render_summary(results: RunResults, console: Console) -> None:
         Text(
             f"{view.PREDICTED_MARK} = predicted, not measured. "
             f"{sum(1 for v in results.variants if v.predicted is not None)} variants predicted, "
-            f"{sum(1 for v in results.variants if v.confirmed)} timed end to end (baseline included).",
+            f"{sum(1 for v in results.variants if v.confirmed)} timed end to end (baseline included)."
+            + (f" {view.TIES_LEGEND}" if any(r.near_ties_only for r in rows) else ""),
             style="dim",
         )
     )

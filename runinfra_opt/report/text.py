@@ -40,6 +40,11 @@ LEGEND = (
 )
 
 
+def legend(rows: list[VariantRow]) -> str:
+    """The variant table's legend; it explains `ties` where the table shows it."""
+    return LEGEND + (f" {view.TIES_LEGEND}" if any(r.near_ties_only for r in rows) else "")
+
+
 def variant_cells(row: VariantRow, *, short_status: bool = False) -> list[str]:
     """The variant table's cells; `short_status` leaves the why of exclusions to the section below."""
     predicted = not row.ttft_measured
@@ -51,7 +56,7 @@ def variant_cells(row: VariantRow, *, short_status: bool = False) -> list[str]:
         view.fmt_ttft(row),
         view.fmt_pct(row.acceptance_rate, predicted=predicted),
         view.fmt_num(row.mean_accepted_per_pass, ".2f", predicted=predicted),
-        view.fmt_lossless(row.lossless),
+        view.fmt_lossless(row.lossless, row.near_ties_only),
         row.status if short_status else row.status_text,
     ]
 
@@ -145,7 +150,7 @@ def render_table(results: RunResults, console: Console) -> None:
         style = "bold green" if row.status == "winner" else ("dim" if dim else None)
         table.add_row(*variant_cells(row, short_status=True), style=style)
     console.print(table)
-    console.print(Text(LEGEND, style="dim"))
+    console.print(Text(legend(rows), style="dim"))
     excluded = excluded_lines(rows)
     if excluded:
         console.print(Text("Excluded variants", style="bold"))
@@ -211,7 +216,7 @@ def render_markdown(results: RunResults) -> str:
     predicted_only = [r for r in rows if r.status == "predicted only"]
     out += ["### Variants", ""]
     out += md_table(VARIANT_COLUMNS, table_cells(main))
-    out += ["", f"_{LEGEND}_", ""]
+    out += ["", f"_{legend(rows)}_", ""]
     if predicted_only:
         out += [
             f"<details><summary>{len(predicted_only)} more variant(s) predicted only (not timed)</summary>",

@@ -51,6 +51,8 @@ class VariantRow:
     acceptance_rate: float | None
     mean_accepted_per_pass: float | None
     lossless: bool | None
+    near_ties_only: bool
+    """Not lossless only at numerical near-ties (shown as `ties`, not disqualifying)."""
     prediction_error: float | None
     """predicted / measured tokens/s - 1, for variants with both."""
     disqualified: str | None
@@ -138,6 +140,7 @@ def variant_row(results: RunResults, result: VariantResult) -> VariantRow:
         acceptance_rate=shown.acceptance_rate if shown else None,
         mean_accepted_per_pass=shown.mean_accepted_per_pass if shown else None,
         lossless=False if result.disqualified and lossless is None else lossless,
+        near_ties_only=bool(measured is not None and measured.near_ties_only and not result.disqualified),
         prediction_error=error,
         disqualified=result.disqualified,
         ruled_out=tuple(result.ruled_out),
@@ -300,5 +303,11 @@ def fmt_ms(value: float | None) -> str:
     return f"{value:.1f}" if value < 10 else f"{value:.0f}"
 
 
-def fmt_lossless(value: bool | None) -> str:
+TIES_TEXT = "ties"
+TIES_LEGEND = "lossless ties = identical to the baseline's output but at numerical near-ties (--tie-tolerance)."
+
+
+def fmt_lossless(value: bool | None, near_ties_only: bool = False) -> str:
+    if value is False and near_ties_only:
+        return TIES_TEXT
     return "-" if value is None else ("yes" if value else "NO")
