@@ -5,6 +5,9 @@ what the runner measures on it."""
 
 from __future__ import annotations
 
+import asyncio
+from pathlib import Path
+
 import pytest
 
 from runinfra_opt.load import Concurrency, LevelRun, LoadLevel, LoadRecord, Rate, Replay, level_metrics
@@ -170,7 +173,8 @@ def test_figures_are_the_point_values_of_level_metrics() -> None:
         assert got.tokens_per_s == pytest.approx(metrics.output_tokens_per_s.value)
         assert got.ttft_s == pytest.approx(metrics.ttft_s["p50"])
         assert got.tpot_s == pytest.approx(metrics.tpot_s["p50"])
-        assert got.mean_ttft_s == pytest.approx(sum(r.ttft_s or 0.0 for r in run.records) / 12)  # all inside the window
+        ttfts = sorted(r.ttft_s or 0.0 for r in run.records)  # every request is sent inside the window here
+        assert got.mean_ttft_s == pytest.approx(sum(ttfts[1:11]) / 10)  # the lowest and highest left out
         repeats = [run, predict_run(level, items, table, corrections=Corrections(0.002, 0.0))]
         pooled, both = figures(repeats), level_metrics(repeats)  # repeats pool as level_metrics pools them
         assert both.output_tokens_per_s is not None
@@ -190,14 +194,20 @@ def _workload() -> list[RequestPasses]:
     return [_item(i, 6 + 5 * (i % 3), 8 + 7 * (i % 5), arrival_s=0.05 * i) for i in range(16)]
 
 
-@pytest.mark.parametrize("level", [Concurrency(1), Concurrency(2), Concurrency(4), Replay(1.0), Rate(30.0)])
-def test_calibration_recovers_known_overheads(level: LoadLevel) -> None:
+@pytest.mark.parametrize(
+    ("level", "request_within_s"),
+    [(Concurrency(1), 1e-3), (Replay(1.0), 1e-3), (Rate(30.0), 1e-3), (Concurrency(2), 4e-3), (Concurrency(4), 4e-3)],
+)
+def test_calibration_recovers_known_overheads(level: LoadLevel, request_within_s: float) -> None:
+    """Where the engine idles (batch 1, open loop) the request overhead is recovered to a millisecond; in a busy
+    closed loop a request joins at the next step boundary anyway, so there it is pinned less closely (steps here
+    are ~20 ms)."""
     baseline = _workload()
     truth = Corrections(step_s=0.004, request_s=0.025)
     measured = predict_run(level, baseline, BATCHED, corrections=truth)
     calibration = calibrate(level, baseline, BATCHED, measured)
     assert calibration.corrections.step_s == pytest.approx(truth.step_s, abs=1e-4)
-    assert calibration.corrections.request_s == pytest.approx(truth.request_s, abs=1e-3)
+    assert calibration.corrections.request_s == pytest.approx(truth.request_s, abs=request_within_s)
     wanted = figures(measured)
     assert calibration.measured == wanted
     assert calibration.calibrated.ttft_s == pytest.approx(wanted.ttft_s, rel=0.01)
@@ -229,3 +239,96 @@ def test_calibration_says_when_the_table_is_too_slow() -> None:
     assert any("calibrated output tokens/s misses the measured one by" in note for note in calibration.notes)
     with pytest.raises(ValueError, match="calibrating concurrency:2 on a run of another level"):
         calibrate(Concurrency(2), baseline, BATCHED, predict_run(Concurrency(1), baseline, fast))
+
+
+# ------------------------------------------------------------------------------------------ the stand-in server
+def _fake_table() -> StepCostTable:
+    """The stand-in's costs under FAKE_VLLM_STEP=batch: a step of B requests drafting k tokens each takes
+    10 ms x (1 + 0.05 x k^2 x (B - 1)); its first chunk (the prefill) 10 ms whatever the batch."""
+    batches = tuple(range(1, 9))
+    tokens = (1, 5)  # k 0 and k 4
+    seconds = tuple(tuple(0.010 * (1 + 0.05 * (t - 1) ** 2 * (b - 1)) for t in tokens) for b in batches)
+    return StepCostTable(batches, tokens, seconds, prefill=((1, 0.010),), method="the stand-in's formula")
+
+
+def _measure_on_fake(python: str, k: int, level: LoadLevel, items: list[RequestPasses], log_dir: Path) -> LevelRun:
+    """One level on a fresh stand-in server (speculative with k drafts, or the baseline), through the runner."""
+    from runinfra_opt.engine.vllm.client import CompletionRequest, OpenAIClient, RequestResult
+    from runinfra_opt.engine.vllm.server import ServerConfig, VllmServer
+    from runinfra_opt.load import plan, run_level
+
+    spec = {"method": "ngram", "num_speculative_tokens": k, "prompt_lookup_min": 1, "prompt_lookup_max": 3}
+    config = ServerConfig("m", speculative_config=spec if k else None)
+    completions = {
+        item.request.id: CompletionRequest(
+            item.request.id, item.output_tokens, prompt=list(range(3, 3 + item.prompt_tokens)), top_logprobs=0
+        )
+        for item in items
+    }
+    with VllmServer(python, config, log_dir, name=f"k{k}-{level.name.replace(':', '')}") as server:
+
+        async def go() -> LevelRun:
+            async with OpenAIClient(server.base_url, server.api_key, "m", max_connections=None) as client:
+
+                async def send(request: Request) -> RequestResult:
+                    return await client.complete(completions[request.id])
+
+                await send(items[0].request)  # warm the connection pool, untimed
+                return await run_level(level, plan(level, [item.request for item in items]), send)
+
+        return asyncio.run(go())
+
+
+def test_the_prediction_of_the_stand_in_server_is_within_15_percent(
+    fake_vllm: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Every draft is accepted on the stand-in, so k 4 emits 5 tokens a step (the last one fewer). Its table is its
+    formula, which leaves out its own HTTP and Python cost (about 0.3 ms a chunk on an idle machine, over 1 ms
+    on a busy one): the raw prediction may miss by that, but the speedup of k 4 over the baseline must be within
+    15% at 1 and 4 in flight, and so must k 4's tokens/s once the baseline's run calibrates each level, as optimize
+    does (the baseline's own calibrated figure within 2%)."""
+    monkeypatch.setenv("FAKE_VLLM_STEP", "batch")
+    table = _fake_table()
+    output_tokens, prompt_tokens = 40, 12
+    runs: dict[tuple[int, str], LevelRun] = {}
+    workloads: dict[int, list[RequestPasses]] = {}
+    levels = (Concurrency(1), Concurrency(4))
+    for k in (0, 4):
+        rounds = -(-(output_tokens - 1) // (k + 1))  # passes after the prefill
+        passes = passes_from_rounds([k] * rounds, [k] * rounds, output_tokens)
+        workloads[k] = [
+            RequestPasses(Request(id=f"r{i}", line=i + 1, prompt="p", max_tokens=output_tokens), prompt_tokens, passes)
+            for i in range(12)
+        ]
+        for level in levels:
+            runs[k, level.name] = _measure_on_fake(fake_vllm, k, level, workloads[k], tmp_path / "logs")
+    tokens_per_s: dict[tuple[str, int, str], float] = {}
+    for level in levels:
+        calibration = calibrate(level, workloads[0], table, runs[0, level.name])
+        print(f"{level.name}: {calibration.corrections}")
+        for k in (0, 4):
+            prediction = predict(level, workloads[k], table, calibration=calibration)
+            assert prediction.calibrated is not None
+            for name, run in (
+                ("measured", runs[k, level.name]),
+                ("raw", prediction.raw),
+                ("calibrated", prediction.calibrated),
+            ):
+                assert run.requests == 12
+                got = figures(run)
+                assert got.tokens_per_s is not None
+                assert got.ttft_s is not None
+                tokens_per_s[name, k, level.name] = got.tokens_per_s
+                print(f"{level.name} k{k} {name}: {got.tokens_per_s:.1f} tokens/s, TTFT p50 {got.ttft_s * 1000:.1f} ms")
+    for level in levels:
+        measured, raw, calibrated = (tokens_per_s[name, 4, level.name] for name in ("measured", "raw", "calibrated"))
+        speedup = measured / tokens_per_s["measured", 0, level.name]
+        assert raw / tokens_per_s["raw", 0, level.name] == pytest.approx(speedup, rel=0.15), level.name
+        assert calibrated == pytest.approx(measured, rel=0.15), level.name
+        assert raw == pytest.approx(measured, rel=0.30), level.name  # the stand-in's own cost on a busy machine
+        assert tokens_per_s["calibrated", 0, level.name] == pytest.approx(
+            tokens_per_s["measured", 0, level.name], rel=0.02
+        )
+    # the trade-off it is built for: k 4 is several times faster alone, far less at 4 in flight
+    assert tokens_per_s["raw", 4, "concurrency:1"] / tokens_per_s["raw", 0, "concurrency:1"] > 4
+    assert tokens_per_s["raw", 4, "concurrency:4"] / tokens_per_s["raw", 0, "concurrency:4"] < 1.5

@@ -43,10 +43,10 @@ step: scheduling, sampling, output processing that the table's steps may miss) a
 (between a send and the engine seeing the request: HTTP, tokenization, the hop to the engine process; >= 0).
 The request overhead is refitted so that the mean TTFT matches; the step overhead is bisected so that the output
 tokens/s matches in a closed loop, or the mean TPOT in an open loop (there throughput follows the arrivals).
-Means, not medians: over a few requests a median jumps as batches change. In a closed loop that keeps the engine
-busy, a request joins at the next step boundary whatever its overhead below one step, so there the fit pins the
-step overhead and the request overhead only to within a step. `Calibration` keeps the measured, raw and
-calibrated figures of the baseline; `predict` returns a variant's raw and calibrated runs side by side.
+Trimmed means (`TRIM`), not medians: over a few requests a median jumps as batches change. In a closed loop that
+keeps the engine busy, a request joins at the next step boundary whatever its overhead below one step, so there
+the fit pins the step overhead, and the request overhead only to within a step. `Calibration` keeps the
+measured, raw and calibrated figures of the baseline; `predict` returns a variant's raw and calibrated runs.
 """
 
 from __future__ import annotations
@@ -167,11 +167,9 @@ class Corrections:
 @dataclass(slots=True, eq=False)
 class _Sequence:
     item: RequestPasses
-    index: int
-    sent_s: float
+    record: LoadRecord
     prefill_left: int
     next_pass: int = 0
-    record: LoadRecord | None = None
 
 
 def predict_run(
@@ -201,19 +199,10 @@ def predict_run(
 
     def send(planned: Planned, at_s: float) -> None:
         nonlocal in_flight, peak
-        item = by_request[id(planned.request)].popleft()
-        sequence = _Sequence(item, planned.index, at_s, item.prompt_tokens)
-        sequence.record = LoadRecord(
-            index=planned.index,
-            request_id=planned.request.id,
-            category=planned.request.category,
-            planned_s=at_s,
-            sent_s=at_s,
-            done_s=at_s,
-            success=True,
-            prompt_tokens=item.prompt_tokens,
-        )
-        arrivals.append((at_s + corrections.request_s, sequence))
+        item, request = by_request[id(planned.request)].popleft(), planned.request
+        record = LoadRecord(planned.index, request.id, request.category, at_s, at_s, at_s, True)
+        record.prompt_tokens = item.prompt_tokens
+        arrivals.append((at_s + corrections.request_s, _Sequence(item, record, item.prompt_tokens)))
         in_flight += 1
         peak = max(peak, in_flight)
 
@@ -290,9 +279,8 @@ def predict_run(
             running = [s for s in running if id(s) not in done]
         for sequence in finished:
             record = sequence.record
-            assert record is not None
             record.done_s = now
-            record.e2e_s = now - sequence.sent_s
+            record.e2e_s = now - record.sent_s
             records.append(record)
             in_flight -= 1
             if closed and upcoming is not None:
@@ -314,9 +302,8 @@ def predict_run(
 
 def _emit(sequence: _Sequence, at_s: float, tokens: int) -> None:
     record = sequence.record
-    assert record is not None
     if not record.chunk_s:
-        record.ttft_s = at_s - sequence.sent_s
+        record.ttft_s = at_s - record.sent_s
     record.chunk_s.append(at_s)
     record.chunk_tokens.append(tokens)
     record.output_tokens += tokens
@@ -325,7 +312,8 @@ def _emit(sequence: _Sequence, at_s: float, tokens: int) -> None:
 @dataclass(frozen=True)
 class Figures:
     """A level's headline figures as `level_metrics` computes them (its point values; None: not measured), and
-    the means the calibration fits to (smoother in the corrections than medians over a few requests)."""
+    the trimmed means the calibration fits to (`TRIM`: smoother in the corrections than medians over a few
+    requests, and robust to a stray slow request, which a plain mean is not)."""
 
     tokens_per_s: float | None
     """Output tokens/s over the measured windows."""
@@ -335,6 +323,10 @@ class Figures:
     """TPOT p50."""
     mean_ttft_s: float | None
     mean_tpot_s: float | None
+
+
+TRIM = 0.1
+"""The share of the lowest and of the highest values that the fitted means leave out."""
 
 
 def figures(runs: LevelRun | Sequence[LevelRun], warmup_fraction: float = WARMUP_FRACTION) -> Figures:
@@ -362,9 +354,16 @@ def figures(runs: LevelRun | Sequence[LevelRun], warmup_fraction: float = WARMUP
         tokens / seconds if seconds > 0 else None,
         statistics.median(ttft) if ttft else None,
         statistics.median(tpot) if tpot else None,
-        statistics.fmean(ttft) if ttft else None,
-        statistics.fmean(tpot) if tpot else None,
+        _trimmed_mean(ttft),
+        _trimmed_mean(tpot),
     )
+
+
+def _trimmed_mean(values: list[float]) -> float | None:
+    if not values:
+        return None
+    cut = int(len(values) * TRIM)
+    return statistics.fmean(sorted(values)[cut : len(values) - cut])
 
 
 FIT_STEPS = 40
@@ -455,14 +454,8 @@ def calibrate(
             high = middle
     step_s = (low + high) / 2
     request_s, calibrated = fit_request(step_s)
-    for name, want, got in (
-        ("mean TTFT", target.mean_ttft_s, calibrated.mean_ttft_s),
-        (
-            "output tokens/s" if closed else "mean TPOT",
-            goal,
-            calibrated.tokens_per_s if closed else calibrated.mean_tpot_s,
-        ),
-    ):
+    fitted, what = (calibrated.tokens_per_s, "output tokens/s") if closed else (calibrated.mean_tpot_s, "mean TPOT")
+    for name, want, got in (("mean TTFT", ttft_goal, calibrated.mean_ttft_s), (what, goal, fitted)):
         if got is not None and abs(got - want) > MISS * want:
             notes.append(f"{level.name}: the calibrated {name} misses the measured one by {(got / want - 1):+.1%}")
     return Calibration(level, Corrections(step_s, request_s), target, run(0.0, 0.0), calibrated, tuple(notes))
