@@ -46,7 +46,7 @@ tokens/s matches in a closed loop, or the mean TPOT in an open loop (there throu
 Trimmed means (`TRIM`), not medians: over a few requests a median jumps as batches change. In a closed loop that
 keeps the engine busy, a request joins at the next step boundary whatever its overhead below one step, so there
 the fit pins the step overhead, and the request overhead only to within a step. `Calibration` keeps the
-measured, raw and calibrated figures of the baseline; `predict` returns a variant's raw and calibrated runs.
+measured, raw and calibrated figures of the baseline; `predict_level` returns a variant's raw and calibrated runs.
 """
 
 from __future__ import annotations
@@ -472,7 +472,7 @@ class Prediction:
     notes: list[str] = field(default_factory=list)
 
 
-def predict(
+def predict_level(
     level: LoadLevel,
     requests: Sequence[RequestPasses],
     table: StepCostTable,
