@@ -40,6 +40,8 @@ class CompletionRequest:
     """0 requests no log-probabilities (and so no token ids)."""
     ignore_eos: bool = False
     seed: int | None = None
+    cache_salt: str | None = None
+    """vLLM's prefix-cache salt: only requests with the same salt share cached blocks."""
 
     def __post_init__(self) -> None:
         if (self.prompt is None) == (self.messages is None):
@@ -72,6 +74,8 @@ class RequestResult:
     """From the server's `usage.completion_tokens`."""
     prompt_tokens: int | None = None
     finish_reason: str | None = None
+    started_at: float | None = None
+    """`time.perf_counter()` when the request was sent (its first token arrived at `started_at + ttft_s`)."""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -99,6 +103,8 @@ def request_body(request: CompletionRequest, model: str) -> dict[str, Any]:
         body["ignore_eos"] = True
     if request.seed is not None:
         body["seed"] = request.seed
+    if request.cache_salt is not None:
+        body["cache_salt"] = request.cache_salt
     if request.top_p is not None:
         body["top_p"] = request.top_p
     if request.is_chat:
@@ -198,7 +204,7 @@ class OpenAIClient:
         path = "/v1/chat/completions" if request.is_chat else "/v1/completions"
         result = RequestResult(request.request_id)
         body = request_body(request, self.model)
-        start = time.perf_counter()
+        start = result.started_at = time.perf_counter()
         last: float | None = None
         try:
             async with self._http.stream("POST", self.base_url + path, json=body) as response:
