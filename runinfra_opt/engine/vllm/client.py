@@ -42,6 +42,9 @@ class CompletionRequest:
     seed: int | None = None
     cache_salt: str | None = None
     """vLLM's prefix-cache salt: only requests with the same salt share cached blocks."""
+    return_token_ids: bool = False
+    """Ask vLLM for each chunk's token ids (`return_token_ids`) without log-probabilities: exact ids and token
+    counts even where a token decodes to no text (an EOS, part of a character)."""
 
     def __post_init__(self) -> None:
         if (self.prompt is None) == (self.messages is None):
@@ -105,6 +108,8 @@ def request_body(request: CompletionRequest, model: str) -> dict[str, Any]:
         body["seed"] = request.seed
     if request.cache_salt is not None:
         body["cache_salt"] = request.cache_salt
+    if request.return_token_ids:
+        body["return_token_ids"] = True
     if request.top_p is not None:
         body["top_p"] = request.top_p
     if request.is_chat:
@@ -159,6 +164,10 @@ def _absorb_choice(choice: dict[str, Any], result: RequestResult, is_chat: bool)
     result.top_logprobs.extend(tops)
     if choice.get("finish_reason"):
         result.finish_reason = choice["finish_reason"]
+    ids = choice.get("token_ids")
+    if not tokens and isinstance(ids, list) and ids:  # vLLM's `return_token_ids`
+        result.output_token_ids.extend(int(i) for i in ids)
+        return len(ids)
     # Without log-probs the chunk's token count is unknown: count a non-empty chunk as one (as vllm bench does).
     return len(tokens) if tokens else (1 if text else 0)
 

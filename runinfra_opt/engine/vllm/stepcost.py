@@ -156,7 +156,7 @@ class _Plan:
         return [self.rng.randrange(self.low, self.high) for _ in range(n)]
 
     def request(self, name: str, prompt: list[int]) -> CompletionRequest:
-        return CompletionRequest(name, 1, prompt=prompt, top_logprobs=0, cache_salt=self.salt)
+        return CompletionRequest(name, 1, prompt=prompt, top_logprobs=0, cache_salt=self.salt, return_token_ids=True)
 
 
 def _first_token_at(result: RequestResult) -> float:

@@ -208,7 +208,7 @@ def main():
                 in_flight[0] += 1
             try:
                 if engine is not None:
-                    self._stream_steps(engine.submit(prompt, n, body.get("cache_salt")), out)
+                    self._stream_steps(engine.submit(prompt, n, body.get("cache_salt")), out, body)
                 else:
                     self._stream(out, n, k_max)
             finally:
@@ -224,32 +224,25 @@ def main():
                 child.kill()
                 os._exit(1)
 
-        def _stream_steps(self, tokens, out):
-            """One chunk per engine step of the table engine (the first `overhead` seconds late)."""
+        def _stream_steps(self, tokens, out, body):
+            """One chunk per engine step of the table engine (the first `overhead` seconds late). Its tokens
+            decode to no text (as an EOS does): only log-probs or `return_token_ids` show them."""
             first = True
             for i, _ in enumerate(iter(tokens.get, None)):
                 if first:
                     time.sleep(engine.overhead)
                     first = False
-                self._chunk([out[i]], i)
-
-        def _chunk(self, chunk, position):
-            event = {
-                "choices": [
-                    {
-                        "index": 0,
-                        "text": "x" * len(chunk),
-                        "logprobs": {
-                            "tokens": [f"token_id:{t}" for t in chunk],
-                            "token_logprobs": [-0.1] * len(chunk),
-                            "top_logprobs": [{f"token_id:{t}": -0.1, f"token_id:{t + 7}": -2.1} for t in chunk],
-                        },
-                        "finish_reason": None,
+                choice = {"index": 0, "text": "", "finish_reason": None}
+                if body.get("logprobs"):
+                    choice["logprobs"] = {
+                        "tokens": [f"token_id:{out[i]}"],
+                        "token_logprobs": [-0.1],
+                        "top_logprobs": [{f"token_id:{out[i]}": -0.1, f"token_id:{out[i] + 7}": -2.1}],
                     }
-                ]
-            }
-            self.wfile.write(f"data: {json.dumps(event)}\n\n".encode())
-            self.wfile.flush()
+                if body.get("return_token_ids"):
+                    choice["token_ids"] = [out[i]]
+                self.wfile.write(f"data: {json.dumps({'choices': [choice]})}\n\n".encode())
+                self.wfile.flush()
 
         def _stream(self, out, n, k_max):
             """The output in chunks: the first token alone (prefill), then up to k + 1 per step."""
