@@ -217,6 +217,49 @@ async def ngram_check(
             "alone_steps": alone_rows, "concurrent_steps": batched_rows}  # fmt: skip
 
 
+def load_run_check(run_dir: Path, table: StepCostTable) -> dict[str, Any]:
+    """An earlier `optimize --engine vllm --load` run's n-gram servers at concurrency 1: every step (the gap
+    between streamed chunks) against the table at batch 1 and the pass's simulated proposal + 1 tokens (from the
+    variant's own batch-1 output ids). Its load records carry no token counts (no log-probabilities under load),
+    so a request whose chunk count differs from the simulated passes is left out."""
+    from runinfra_opt.engine.prompts import PromptTokenizer
+    from runinfra_opt.workload import load_workload
+
+    results = json.loads((run_dir / "results.json").read_text())
+    tokenizer = PromptTokenizer.load("default")
+    requests = {r.id: r for r in load_workload(results["workload"]["path"]).requests}
+    out: dict[str, Any] = {}
+    for variant in results["variants"]:
+        records = run_dir / "load" / variant["name"] / "concurrency_1.jsonl"
+        if variant["variant"]["method"] != "vllm_ngram" or not records.exists():
+            continue
+        k = int(variant["variant"]["lookahead"])
+        low = int(variant["variant"].get("options", {}).get("min", 1))
+        high = int(variant["variant"]["ngram_max"])
+        outputs = {r["request_id"]: r["output_ids"] for r in variant["measured_requests"] if r["repeat"] == 0}
+        rows, skipped = [], 0
+        for line in records.read_text().splitlines()[1:]:
+            record = json.loads(line)
+            if "request_id" not in record:  # the level's closing line
+                continue
+            prompt = tokenizer.prompt_ids(requests[record["request_id"]])
+            sim = simulate(prompt, outputs[record["request_id"]], k=k, prompt_lookup_min=low, prompt_lookup_max=high,
+                           max_model_len=MAX_MODEL_LEN)  # fmt: skip
+            times = record["chunk_s"]
+            if len(times) != sim.target_passes:
+                skipped += 1
+                continue
+            gaps = [b - a for a, b in zip(times, times[1:], strict=False)]
+            for step, (proposed, gap) in enumerate(zip(sim.proposed_per_pass, gaps, strict=True)):
+                rows.append({"step": step + 1, "batch": 1, "tokens_per_seq": proposed + 1, "measured_s": gap,
+                             "table_s": table.step_s(1, proposed + 1), "context": len(prompt) + step})  # fmt: skip
+        summary = summarize_steps(rows)
+        out[variant["name"]] = {**summary, "requests_left_out": skipped}
+        print(f"  load run {variant['name']} at concurrency 1: measured/table {summary['ratio_measured_to_table']:.3f}"
+              f" over {summary['steps']} steps ({skipped} requests left out)", flush=True)  # fmt: skip
+    return out
+
+
 def workload_prompts(name: str, count: int) -> list[list[int]]:
     from runinfra_opt.engine.prompts import PromptTokenizer
     from runinfra_opt.workload import load_workload
@@ -240,6 +283,9 @@ def main() -> None:
     parser.add_argument("--ngram-concurrency", type=int, default=4)
     parser.add_argument("--workload", default="summarize")
     parser.add_argument("--max-tokens", type=int, default=64)
+    parser.add_argument(
+        "--load-run", type=Path, default=None, help="also compare an optimize --load run's n-gram steps"
+    )
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
 
@@ -303,6 +349,8 @@ def main() -> None:
         with VllmServer(python, config, logs, name="ngram") as server:
             report["ngram_startup_s"] = server.startup_s
             report["ngram_check"] = asyncio.run(ngram(server))
+    if args.load_run is not None:
+        report["load_run_check"] = {"run": str(args.load_run), **load_run_check(args.load_run, measured.table)}
     report["load_average_after"] = load_average()
     report["server_logs"] = str(logs)
     if args.out:
