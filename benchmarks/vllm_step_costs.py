@@ -34,7 +34,7 @@ from typing import Any
 
 from runinfra_opt.engine.vllm.client import CompletionRequest, OpenAIClient, RequestResult
 from runinfra_opt.engine.vllm.server import ServeSettings, VllmServer
-from runinfra_opt.engine.vllm.stepcost import StepCostMeasurement, measure_async
+from runinfra_opt.engine.vllm.stepcost import StepCostGrid, StepCostMeasurement, measure_async
 from runinfra_opt.load.stepcost import StepCostTable
 from runinfra_opt.methods import BASELINE
 from runinfra_opt.methods.vllm_ngram import make, simulate
@@ -316,10 +316,8 @@ def main() -> None:
         async with OpenAIClient(server.base_url, server.api_key, server.model_name, max_connections=None) as client:
             for i in range(2):  # the first request after start-up is slow
                 await client.complete(CompletionRequest(f"w{i}", 4, prompt=[100 + i] * 16, top_logprobs=0))
-            measured = await measure_async(
-                client, vocab_size=vocab, batch_sizes=args.batch_sizes, tokens=args.tokens,
-                prefill_lengths=args.prefill, context=args.context, repeats=args.repeats, max_model_len=MAX_MODEL_LEN,
-            )  # fmt: skip
+            grid = StepCostGrid(args.batch_sizes, args.tokens, args.prefill, args.context, args.repeats)
+            measured = await measure_async(client, grid, vocab_size=vocab, max_model_len=MAX_MODEL_LEN)
             print(f"table measured in {measured.wall_s:.1f} s ({len(measured.rejected)} tries redone)", flush=True)
             for b, row in zip(measured.table.batch_sizes, measured.table.seconds, strict=True):
                 cells = zip(measured.table.tokens, row, strict=True)

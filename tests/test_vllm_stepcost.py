@@ -15,7 +15,7 @@ import pytest
 from runinfra_opt.engine.vllm import metrics
 from runinfra_opt.engine.vllm.client import CompletionRequest, request_body
 from runinfra_opt.engine.vllm.server import ServerConfig, VllmServer
-from runinfra_opt.engine.vllm.stepcost import StepCostError, measure_step_costs
+from runinfra_opt.engine.vllm.stepcost import StepCostError, StepCostGrid, measure_step_costs
 
 COST: dict[str, Any] = {
     "fixed": 0.02,
@@ -46,9 +46,9 @@ def test_measured_table_recovers_the_known_step_costs(
 ) -> None:
     with _server(fake_vllm, tmp_path, monkeypatch, COST) as server:
         measured = measure_step_costs(
-            server.base_url, server.api_key, server.model_name, vocab_size=1000,
-            batch_sizes=(1, 2, 4), tokens=(1, 3, 5), prefill_lengths=(16, 48), context=40, repeats=3,
-            blocker_tokens=1,  # too short for 4 probes to reach the engine: it must grow, not mis-measure
+            server.base_url, server.api_key, server.model_name,
+            StepCostGrid(batch_sizes=(1, 2, 4), tokens=(1, 3, 5), prefill_lengths=(16, 48), context=40, repeats=3),
+            vocab_size=1000, blocker_tokens=1,  # too short for 4 probes to reach the engine: it must grow
         )  # fmt: skip
     table = measured.table
     assert table.context == 64  # 40 rounded up to whole 32-token blocks

@@ -60,14 +60,6 @@ from runinfra_opt.engine.vllm.client import CompletionRequest, OpenAIClient, Req
 from runinfra_opt.errors import EngineError
 from runinfra_opt.load.stepcost import StepCostTable
 
-DEFAULT_BATCH_SIZES = (1, 2, 4, 8)
-DEFAULT_TOKENS = (1, 2, 3, 5, 9)
-"""Tokens per sequence: a decoding step, and verifications of 1, 2, 4 and 8 drafted tokens (lookaheads 2, 4, 8
-are the n-gram method's default space); the predictor interpolates between them."""
-DEFAULT_PREFILL_LENGTHS = (64, 256, 512, 1024)
-DEFAULT_CONTEXT = 256
-"""Tokens already in each sequence's KV cache during a measured step (rounded up to whole blocks)."""
-DEFAULT_REPEATS = 3
 WARMUP_TRIALS = 2
 BLOCKER_TOKENS = 256
 """The blocker's first length; doubled (up to `MAX_BLOCKER_TOKENS`) when probes miss their step."""
@@ -81,6 +73,20 @@ ATTEMPTS = 5
 
 class StepCostError(EngineError):
     """The server could not be measured (no prefix caching, probes that never land in one step, failures)."""
+
+
+@dataclass(frozen=True)
+class StepCostGrid:
+    """What to measure: every (batch size, tokens per sequence) step and every prefill length, `repeats` times."""
+
+    batch_sizes: tuple[int, ...] = (1, 2, 4, 8)
+    tokens: tuple[int, ...] = (1, 2, 3, 5, 9)
+    """Tokens per sequence: a decoding step, and verifications of 1, 2, 4 and 8 drafted tokens (lookaheads 2, 4
+    and 8 are the n-gram method's default space); the predictor interpolates between them."""
+    prefill_lengths: tuple[int, ...] = (64, 256, 512, 1024)
+    context: int = 256
+    """Tokens already in each sequence's KV cache during a measured step (rounded up to whole blocks)."""
+    repeats: int = 3
 
 
 @dataclass(frozen=True)
@@ -168,14 +174,16 @@ def _first_token_at(result: RequestResult) -> float:
 class _Meter:
     """Sends trials to one server and checks them."""
 
-    def __init__(self, client: OpenAIClient, plan: _Plan, use_counters: bool) -> None:
+    def __init__(self, client: OpenAIClient, http: Any, plan: _Plan, use_counters: bool) -> None:
         self.client = client
+        self.http = http
+        """An `httpx.AsyncClient` for /metrics (vLLM serves it without the API key)."""
         self.plan = plan
         self.use_counters = use_counters
         self.rejected: list[dict[str, Any]] = []
 
     async def counters(self) -> metrics.EngineCounters:
-        return metrics.parse_counters(await _get_metrics(self.client))
+        return metrics.parse_counters(await _get_metrics(self.http, self.client.base_url))
 
     async def send_all(self, requests: Sequence[CompletionRequest]) -> list[RequestResult]:
         results = await asyncio.gather(*(self.client.complete(r) for r in requests))
@@ -221,9 +229,10 @@ class _Meter:
                 plan.lead_s *= 2
             elif plan.blocker_tokens < plan.max_blocker_tokens:
                 plan.blocker_tokens = min(plan.blocker_tokens * 2, plan.max_blocker_tokens)
+        reasons = "; ".join(r["reason"] for r in self.rejected[-ATTEMPTS:])
         raise StepCostError(
             f"{kind} of batch {batch} x {tokens} tokens did not land in one engine step in {ATTEMPTS} tries "
-            f"(last: {self.rejected[-1]['reason']}); is the server serving other traffic?"
+            f"({reasons}); is the server serving other traffic?"
         )
 
     def _miss(
@@ -251,62 +260,73 @@ class _Meter:
         return None
 
 
-async def _get_metrics(client: OpenAIClient) -> str:
-    import httpx
-
-    async with httpx.AsyncClient(timeout=10.0, trust_env=False) as http:
-        response = await http.get(client.base_url + "/metrics")
-        response.raise_for_status()
-        return response.text
+async def _get_metrics(http: Any, base_url: str) -> str:
+    response = await http.get(base_url + "/metrics")
+    response.raise_for_status()
+    return str(response.text)
 
 
 async def measure_async(
     client: OpenAIClient,
+    grid: StepCostGrid = StepCostGrid(),
     *,
     vocab_size: int,
-    batch_sizes: Sequence[int] = DEFAULT_BATCH_SIZES,
-    tokens: Sequence[int] = DEFAULT_TOKENS,
-    prefill_lengths: Sequence[int] = DEFAULT_PREFILL_LENGTHS,
-    context: int = DEFAULT_CONTEXT,
-    repeats: int = DEFAULT_REPEATS,
     max_model_len: int | None = None,
     block_size: int | None = None,
     blocker_tokens: int = BLOCKER_TOKENS,
     seed: int = 0,
     on_trial: Callable[[Trial], None] | None = None,
 ) -> StepCostMeasurement:
-    """Measure the step-cost table on the (otherwise idle) server behind `client`. `block_size`: the server's KV
-    block size when its /metrics does not say (`vllm:cache_config_info`); `blocker_tokens`: the blocker's first
-    length (doubled while probes miss their step)."""
+    """Measure the step-cost table over `grid` on the (otherwise idle) server behind `client`. `vocab_size`: the
+    target's (prompts are random token ids well inside it); `block_size`: the server's KV block size when its
+    /metrics does not say (`vllm:cache_config_info`); `blocker_tokens`: the blocker's first length (doubled while
+    probes miss their step)."""
+    import httpx
+
+    async with httpx.AsyncClient(timeout=10.0, trust_env=False) as http:
+        return await _measure(client, http, grid, vocab_size, max_model_len, block_size, blocker_tokens, seed, on_trial)
+
+
+async def _measure(
+    client: OpenAIClient,
+    http: Any,
+    grid: StepCostGrid,
+    vocab_size: int,
+    max_model_len: int | None,
+    block_size: int | None,
+    blocker_tokens: int,
+    seed: int,
+    on_trial: Callable[[Trial], None] | None,
+) -> StepCostMeasurement:
     start = time.perf_counter()
-    batch_sizes, tokens = sorted(set(batch_sizes)), sorted(set(tokens))
+    batch_sizes, tokens, repeats = sorted(set(grid.batch_sizes)), sorted(set(grid.tokens)), grid.repeats
     if not batch_sizes or not tokens or min(batch_sizes) < 1 or min(tokens) < 1 or repeats < 1:
         raise ValueError("batch sizes, token counts and repeats must be at least 1")
-    text = await _get_metrics(client)
+    text = await _get_metrics(http, client.base_url)
     config = metrics.cache_config(text)
     if config.get("enable_prefix_caching", "True") != "True":
         raise StepCostError("the server runs without prefix caching (vLLM's default is on): cannot build probe steps")
     block = int(config.get("block_size") or block_size or 0)
     if block < 1:
         raise StepCostError("the server's KV block size is unknown (no vllm:cache_config_info): pass block_size")
-    prefix = max(block, -(-context // block) * block)
+    prefix = max(block, -(-grid.context // block) * block)
     limit = max_model_len or 1 << 30
     if prefix + max(tokens) > limit:
         raise ValueError(f"context {prefix} + {max(tokens)} tokens exceeds max_model_len {limit}")
-    prefill_lengths = sorted({n for n in prefill_lengths if 1 <= n < limit})
+    prefill_lengths = sorted({n for n in grid.prefill_lengths if 1 <= n < limit})
     rng = random.Random(seed)
     plan = _Plan(f"runinfra-stepcost-{secrets.token_hex(8)}", rng, vocab_size // 8, vocab_size * 7 // 8, prefix)
     plan.max_blocker_tokens = min(MAX_BLOCKER_TOKENS, limit - 1)
     plan.blocker_tokens = max(1, min(blocker_tokens, plan.max_blocker_tokens))
     plan.prefixes = [plan.fresh(prefix) for _ in range(max(batch_sizes))]
-    meter = _Meter(client, plan, use_counters=metrics.has_step_counters(text))
+    meter = _Meter(client, http, plan, use_counters=metrics.has_step_counters(text))
     await meter.prime()
     for _ in range(WARMUP_TRIALS):  # untimed: first shapes, connections, and the blocker's calibration
         await meter.trial("step", max(batch_sizes), max(tokens))
-    grid = [("step", b, m) for b in batch_sizes for m in tokens] + [("prefill", 1, n) for n in prefill_lengths]
+    cells = [("step", b, m) for b in batch_sizes for m in tokens] + [("prefill", 1, n) for n in prefill_lengths]
     trials: list[Trial] = []
-    for _ in range(repeats):
-        for kind, batch, count in grid:
+    for _ in range(repeats):  # every cell once, then again: drift hits all cells alike
+        for kind, batch, count in cells:
             trial = await meter.trial(kind, batch, count)
             trials.append(trial)
             if on_trial is not None:
@@ -346,11 +366,13 @@ async def measure_async(
     )
 
 
-def measure_step_costs(base_url: str, api_key: str | None, model: str, **options: Any) -> StepCostMeasurement:
+def measure_step_costs(
+    base_url: str, api_key: str | None, model: str, grid: StepCostGrid = StepCostGrid(), **options: Any
+) -> StepCostMeasurement:
     """Synchronous entry point: `measure_async` on the server at `base_url` (options as there)."""
 
     async def go() -> StepCostMeasurement:
         async with OpenAIClient(base_url, api_key, model, max_connections=None) as client:
-            return await measure_async(client, **options)
+            return await measure_async(client, grid, **options)
 
     return asyncio.run(go())
