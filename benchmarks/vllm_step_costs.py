@@ -93,6 +93,7 @@ async def decode_check(client: OpenAIClient, table: StepCostTable, *, tokens: in
         gaps: list[float] = []
         spreads = []
         engine_sum = engine_count = 0.0
+        merged = 0
         for _ in range(repeats):
             requests = [
                 CompletionRequest(
@@ -108,7 +109,7 @@ async def decode_check(client: OpenAIClient, table: StepCostTable, *, tokens: in
             engine_count += after[1] - before[1]
             spreads.append(spread)
             for result in results:
-                assert result.chunk_tokens == [1] * tokens, result.chunk_tokens
+                merged += sum(1 for n in result.chunk_tokens if n != 1)  # two steps' tokens in one chunk
                 gaps.extend(result.itl_s)
         table_s = table.step_s(batch, 1)
         client_itl = statistics.median(gaps)
@@ -122,6 +123,7 @@ async def decode_check(client: OpenAIClient, table: StepCostTable, *, tokens: in
                 "ratio_table_to_itl": table_s / client_itl,
                 "first_token_spread_s": max(spreads),
                 "gaps": len(gaps),
+                "merged_chunks": merged,
             }
         )
         print(
@@ -297,7 +299,7 @@ def main() -> None:
         from runinfra_opt.models import ensure_converted, resolve_model
 
         python, model = resolve_environment().python, str(ensure_converted(resolve_model("default")))
-        vocab = 49152
+        vocab = int(json.loads((Path(model) / "config.json").read_text())["vocab_size"])
     settings = ServeSettings(model, max_model_len=MAX_MODEL_LEN)
     logs = Path(tempfile.mkdtemp(prefix="vllm-step-costs-"))
     report: dict[str, Any] = {
