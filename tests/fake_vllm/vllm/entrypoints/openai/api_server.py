@@ -26,7 +26,7 @@ the next; a step over sequences carrying n_1..n_B new tokens takes `fixed + sum(
 bump[n_i])` seconds (FAKE_VLLM_STEP_COST, JSON, known to the test), each sequence carrying its prompt tokens not
 found in the prefix cache in its first step, then 1. The prefix cache keeps full blocks of `block_size` tokens
 under the request's `cache_salt`, and recomputes at least the last prompt token, as vLLM does. Every first token
-reaches the client `overhead` seconds after its step (HTTP and detokenization, the same for every request).
+reaches the client `overhead` seconds after its step (HTTP and detokenization, the same for every token).
 /metrics adds the cache config, the cached prompt tokens and the tokens-per-step histogram's count and sum.
 """
 
@@ -103,7 +103,7 @@ class TableEngine:
                 if request["done"] == 0:
                     self.cached_blocks.update(self._blocks(request, len(request["prompt"])))
                 request["done"] += 1
-                request["out"].put(request["done"])
+                request["out"].put(time.monotonic())
                 if request["done"] >= request["max"]:
                     request["out"].put(None)
             running = [r for r in running if r["done"] < r["max"]]
@@ -225,13 +225,10 @@ def main():
                 os._exit(1)
 
         def _stream_steps(self, tokens, out, body):
-            """One chunk per engine step of the table engine (the first `overhead` seconds late). Its tokens
+            """One chunk per engine step of the table engine, `overhead` seconds after the step ended. Its tokens
             decode to no text (as an EOS does): only log-probs or `return_token_ids` show them."""
-            first = True
-            for i, _ in enumerate(iter(tokens.get, None)):
-                if first:
-                    time.sleep(engine.overhead)
-                    first = False
+            for i, ready in enumerate(iter(tokens.get, None)):
+                time.sleep(max(0.0, ready + engine.overhead - time.monotonic()))
                 choice = {"index": 0, "text": "", "finish_reason": None}
                 if body.get("logprobs"):
                     choice["logprobs"] = {
