@@ -134,6 +134,57 @@ async def decode_check(client: OpenAIClient, table: StepCostTable, *, tokens: in
     return rows
 
 
+async def first_chunk_at(client: OpenAIClient, api_key: str | None, body: dict[str, Any]) -> float:
+    """POST a streamed completion as it is (options the client does not send) and return when its first data
+    chunk arrived (`time.perf_counter()`)."""
+    import httpx
+
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    async with (
+        httpx.AsyncClient(timeout=120, trust_env=False, headers=headers) as http,
+        http.stream("POST", client.base_url + "/v1/completions", json=body) as response,
+    ):
+        first = None
+        async for line in response.aiter_lines():
+            if line.startswith("data:") and first is None:
+                first = time.perf_counter()
+        if response.status_code != 200 or first is None:
+            raise RuntimeError(f"probe failed: HTTP {response.status_code}")
+        return first
+
+
+async def logits_check(client: OpenAIClient, api_key: str | None, *, lengths: tuple[int, ...], repeats: int,
+                       vocab: int) -> list[dict[str, Any]]:  # fmt: skip
+    """What computing logits at every position costs: a fresh prefill of L tokens timed behind a blocker with
+    `prompt_logprobs=0` (logits and log-probs at all L positions) and without (at the last one). A probe step of
+    b x m tokens samples b positions; a verification computes b x m: this bounds the difference from above."""
+    rng = random.Random(3)
+    rows = []
+    for length in lengths:
+        times: dict[str, list[float]] = {"last": [], "all": []}
+        for _ in range(repeats):
+            for arm in ("last", "all"):
+                blocker = CompletionRequest(
+                    "blocker", 1, prompt=[rng.randrange(vocab // 8, vocab * 7 // 8) for _ in range(512)],
+                    top_logprobs=0, return_token_ids=True,
+                )  # fmt: skip
+                body = {"model": client.model, "prompt": [rng.randrange(vocab // 8, vocab * 7 // 8) for _ in
+                        range(length)], "max_tokens": 1, "stream": True, "return_token_ids": True}  # fmt: skip
+                if arm == "all":
+                    body["prompt_logprobs"] = 0
+                blocking = asyncio.ensure_future(client.complete(blocker))
+                await asyncio.sleep(0.02)
+                probe_at = await first_chunk_at(client, api_key, body)
+                blocked = await blocking
+                times[arm].append(probe_at - (blocked.started_at or 0) - (blocked.ttft_s or 0))
+        last, every = statistics.median(times["last"]), statistics.median(times["all"])
+        rows.append({"prompt_tokens": length, "logits_last_s": last, "logits_all_s": every,
+                     "per_extra_position_s": (every - last) / (length - 1), "raw": times})  # fmt: skip
+        print(f"  logits at all {length} positions: +{(every - last) * 1000:.1f} ms "
+              f"({(every - last) / (length - 1) * 1000:.2f} ms a position)", flush=True)  # fmt: skip
+    return rows
+
+
 def step_rows(
     results: list[RequestResult], prompts: list[list[int]], table: StepCostTable, *, k: int
 ) -> list[dict[str, Any]]:
@@ -326,6 +377,8 @@ def main() -> None:
                 print(f"  b={b}: " + "  ".join(f"t{t} {s * 1000:6.1f}" for t, s in cells))
             print("  prefill: " + "  ".join(f"{n} {s * 1000:.1f}" for n, s in measured.table.prefill), flush=True)
             decode = await decode_check(client, measured.table, tokens=args.decode_tokens, repeats=2, vocab=vocab)
+            report["logits_check"] = await logits_check(client, server.api_key, lengths=(9, 72), repeats=3,
+                                                        vocab=vocab)  # fmt: skip
             return measured, decode
 
     with VllmServer(python, settings.server_config(BASELINE), logs, name="baseline") as server:
