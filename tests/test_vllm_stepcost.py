@@ -99,3 +99,22 @@ def test_probes_are_salted_and_counters_parse() -> None:
     assert metrics.cache_config(text)["block_size"] == "128"
     assert metrics.has_step_counters(text)
     assert not metrics.has_step_counters("# TYPE x counter\nx_total 1.0\n")
+
+
+def test_the_engine_measures_on_the_baselines_server(
+    fake_vllm: str, tiny_models: tuple[Path, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from runinfra_opt.engine.vllm.engine import open_engine
+
+    monkeypatch.setenv("FAKE_VLLM_STEP", "table")
+    monkeypatch.setenv("FAKE_VLLM_STEP_COST", json.dumps({**COST, "per_token": 0.0005}))
+    engine = open_engine(str(tiny_models[0]), vllm_python=fake_vllm, log_dir=tmp_path)
+    try:
+        grid = StepCostGrid(batch_sizes=(1, 2), tokens=(1, 3), prefill_lengths=(16,), context=32, repeats=1)
+        measured = engine.step_costs(grid)
+    finally:
+        engine.close()
+    assert [launch.variant for launch in engine.launches] == ["baseline"]
+    assert measured.table.batch_sizes == (1, 2)
+    assert measured.table.context == 32
+    assert "--speculative-config" not in Path(engine.launches[0].log).read_text().splitlines()[0]
