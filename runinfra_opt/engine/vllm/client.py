@@ -40,6 +40,11 @@ class CompletionRequest:
     """0 requests no log-probabilities (and so no token ids)."""
     ignore_eos: bool = False
     seed: int | None = None
+    cache_salt: str | None = None
+    """vLLM's prefix-cache salt: only requests with the same salt share cached blocks."""
+    return_token_ids: bool = False
+    """Ask vLLM for each chunk's token ids (`return_token_ids`) without log-probabilities: exact ids and token
+    counts even where a token decodes to no text (an EOS, part of a character)."""
 
     def __post_init__(self) -> None:
         if (self.prompt is None) == (self.messages is None):
@@ -72,6 +77,8 @@ class RequestResult:
     """From the server's `usage.completion_tokens`."""
     prompt_tokens: int | None = None
     finish_reason: str | None = None
+    started_at: float | None = None
+    """`time.perf_counter()` when the request was sent (its first token arrived at `started_at + ttft_s`)."""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -99,6 +106,10 @@ def request_body(request: CompletionRequest, model: str) -> dict[str, Any]:
         body["ignore_eos"] = True
     if request.seed is not None:
         body["seed"] = request.seed
+    if request.cache_salt is not None:
+        body["cache_salt"] = request.cache_salt
+    if request.return_token_ids:
+        body["return_token_ids"] = True
     if request.top_p is not None:
         body["top_p"] = request.top_p
     if request.is_chat:
@@ -153,6 +164,10 @@ def _absorb_choice(choice: dict[str, Any], result: RequestResult, is_chat: bool)
     result.top_logprobs.extend(tops)
     if choice.get("finish_reason"):
         result.finish_reason = choice["finish_reason"]
+    ids = choice.get("token_ids")
+    if not tokens and isinstance(ids, list) and ids:  # vLLM's `return_token_ids`
+        result.output_token_ids.extend(int(i) for i in ids)
+        return len(ids)
     # Without log-probs the chunk's token count is unknown: count a non-empty chunk as one (as vllm bench does).
     return len(tokens) if tokens else (1 if text else 0)
 
@@ -198,7 +213,7 @@ class OpenAIClient:
         path = "/v1/chat/completions" if request.is_chat else "/v1/completions"
         result = RequestResult(request.request_id)
         body = request_body(request, self.model)
-        start = time.perf_counter()
+        start = result.started_at = time.perf_counter()
         last: float | None = None
         try:
             async with self._http.stream("POST", self.base_url + path, json=body) as response:

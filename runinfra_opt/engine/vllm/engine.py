@@ -20,7 +20,8 @@ losslessness is judged at batch 1, where every output is checked. `/metrics` is 
 level: its drafted and accepted tokens.
 
 Capabilities: `SERVE_LOAD` only; none of profiling, cost tables or early exit (vLLM has no early-exit
-drafting), so `optimize` times every variant (the serving-engine predictor is a later step).
+drafting), so `optimize` times every variant (the serving-engine predictor is a later step). `step_costs()`
+measures the target's step-cost table on the baseline's server, for that predictor.
 """
 
 from __future__ import annotations
@@ -37,11 +38,12 @@ from runinfra_opt.engine.vllm import metrics
 from runinfra_opt.engine.vllm.client import CompletionRequest, OpenAIClient, RequestResult
 from runinfra_opt.engine.vllm.environment import VllmEnvironment, resolve_environment
 from runinfra_opt.engine.vllm.server import DEFAULT_STARTUP_TIMEOUT_S, ServerConfig, ServeSettings, VllmServer
+from runinfra_opt.engine.vllm.stepcost import StepCostGrid, StepCostMeasurement, measure_async
 from runinfra_opt.errors import EngineError, UserInputError
 from runinfra_opt.fsutil import safe_name
 from runinfra_opt.load import LoadLevel, LoadRecord, plan, run_level
 from runinfra_opt.load.runner import RecordSink, StreamedResult
-from runinfra_opt.methods import Variant, get_method
+from runinfra_opt.methods import BASELINE, Variant, get_method
 from runinfra_opt.methods.registry import draft_owner
 from runinfra_opt.records import RequestRecord
 from runinfra_opt.workload.model import Request
@@ -307,6 +309,15 @@ class VllmEngine:
             drafted_tokens=round(counters.draft_tokens),
             accepted_tokens=round(counters.accepted_tokens),
         )
+
+    def step_costs(self, grid: StepCostGrid | None = None) -> StepCostMeasurement:
+        """The target's step-cost table (`runinfra_opt.engine.vllm.stepcost`), measured on the baseline's server
+        as the manifest serves it (started if it is not the running one), while nothing else is sent to it."""
+        self._server_for(BASELINE)
+        assert self._client is not None
+        vocab, context = len(self.prompts.tokenizer), self.max_model_len
+        measure = measure_async(self._client, grid or StepCostGrid(), vocab_size=vocab, max_model_len=context)
+        return self._loop.run_until_complete(measure)
 
     def _scrape(self, server: VllmServer, variant: Variant) -> metrics.EngineCounters:
         """The server's counters; a server that stopped answering is reported as dead (quoting its log)."""

@@ -1,4 +1,5 @@
-"""vLLM's Prometheus counters: scrape `/metrics`, keep the speculative-decoding and token counters, diff
+"""vLLM's Prometheus counters: scrape `/metrics`, keep the speculative-decoding and token counters (and, for
+the step-cost measurement, the prefix-cache hits and the count and sum of the tokens-per-step histogram), diff
 them before and after a run (as `vllm bench serve` does in `fetch_spec_decode_metrics`).
 
 The text is parsed with `prometheus_client`'s own parser (the exposition format has escaping, comments and
@@ -19,6 +20,13 @@ ACCEPTED_PER_POSITION = "vllm:spec_decode_num_accepted_tokens_per_pos_total"
 GENERATION_TOKENS = "vllm:generation_tokens_total"
 PROMPT_TOKENS = "vllm:prompt_tokens_total"
 REQUESTS_SUCCESS = "vllm:request_success_total"
+PROMPT_TOKENS_CACHED = "vllm:prompt_tokens_cached_total"
+ENGINE_STEPS = "vllm:iteration_tokens_total_count"
+"""Engine steps that produced output: the count of the tokens-per-step histogram (one observation per
+`EngineCoreOutputs` the API server receives, `vllm/v1/metrics/loggers.py`)."""
+STEP_TOKENS = "vllm:iteration_tokens_total_sum"
+"""Tokens computed in those steps (prompt tokens not served from the prefix cache, plus generated ones)."""
+CACHE_CONFIG = "vllm:cache_config_info"
 
 
 @dataclass(frozen=True)
@@ -34,6 +42,10 @@ class EngineCounters:
     generation_tokens: float = 0.0
     prompt_tokens: float = 0.0
     requests_finished: float = 0.0
+    prompt_tokens_cached: float = 0.0
+    """Prompt tokens served from the prefix cache instead of computed."""
+    engine_steps: float = 0.0
+    step_tokens: float = 0.0
 
     @property
     def acceptance_rate(self) -> float | None:
@@ -58,6 +70,9 @@ class EngineCounters:
             generation_tokens=self.generation_tokens - before.generation_tokens,
             prompt_tokens=self.prompt_tokens - before.prompt_tokens,
             requests_finished=self.requests_finished - before.requests_finished,
+            prompt_tokens_cached=self.prompt_tokens_cached - before.prompt_tokens_cached,
+            engine_steps=self.engine_steps - before.engine_steps,
+            step_tokens=self.step_tokens - before.step_tokens,
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -73,7 +88,17 @@ def parse_counters(text: str) -> EngineCounters:
 
     totals: dict[str, float] = defaultdict(float)
     per_position: dict[int, float] = defaultdict(float)
-    wanted = {DRAFTS, DRAFT_TOKENS, ACCEPTED_TOKENS, GENERATION_TOKENS, PROMPT_TOKENS, REQUESTS_SUCCESS}
+    wanted = {
+        DRAFTS,
+        DRAFT_TOKENS,
+        ACCEPTED_TOKENS,
+        GENERATION_TOKENS,
+        PROMPT_TOKENS,
+        REQUESTS_SUCCESS,
+        PROMPT_TOKENS_CACHED,
+        ENGINE_STEPS,
+        STEP_TOKENS,
+    }
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
             if sample.name == ACCEPTED_PER_POSITION:
@@ -88,7 +113,29 @@ def parse_counters(text: str) -> EngineCounters:
         generation_tokens=totals[GENERATION_TOKENS],
         prompt_tokens=totals[PROMPT_TOKENS],
         requests_finished=totals[REQUESTS_SUCCESS],
+        prompt_tokens_cached=totals[PROMPT_TOKENS_CACHED],
+        engine_steps=totals[ENGINE_STEPS],
+        step_tokens=totals[STEP_TOKENS],
     )
+
+
+def cache_config(text: str) -> dict[str, str]:
+    """The labels of `vllm:cache_config_info` (vLLM's `CacheConfig` as strings: `block_size`,
+    `enable_prefix_caching`, ...); empty when the exposition has none."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == CACHE_CONFIG:
+                return dict(sample.labels)
+    return {}
+
+
+def has_step_counters(text: str) -> bool:
+    """Whether the exposition carries the per-step histogram (vLLM does unless `--disable-log-stats`)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    return any(s.name == ENGINE_STEPS for family in text_string_to_metric_families(text) for s in family.samples)
 
 
 def scrape(base_url: str, *, timeout_s: float = 10.0) -> EngineCounters:

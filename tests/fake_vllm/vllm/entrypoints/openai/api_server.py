@@ -19,17 +19,107 @@ requests in flight and k drafted tokens a step takes 10 ms x (1 + 0.05 x k^2 x (
 wins alone and a short one under load. The k of a step follows `num_speculative_tokens_per_batch_size` (by the
 requests in flight, as vLLM's scheduler does) when the config has one; FAKE_VLLM_STEP=batch_bad ignores the
 schedule and always drafts `num_speculative_tokens` (a schedule that measures worse than its parts).
+
+FAKE_VLLM_STEP=table runs an engine loop like vLLM's (tests/test_vllm_stepcost.py): requests admitted by one
+"frontend" (`admit` seconds each, one at a time) wait for the running step to end and are scheduled together in
+the next; a step over sequences carrying n_1..n_B new tokens takes `fixed + sum(per_seq + per_token * n_i +
+bump[n_i])` seconds (FAKE_VLLM_STEP_COST, JSON, known to the test), each sequence carrying its prompt tokens not
+found in the prefix cache in its first step, then 1. The prefix cache keeps full blocks of `block_size` tokens
+under the request's `cache_salt`, and recomputes at least the last prompt token, as vLLM does. Every first token
+reaches the client `overhead` seconds after its step (HTTP and detokenization, the same for every token).
+/metrics adds the cache config, the cached prompt tokens and the tokens-per-step histogram's count and sum.
 """
 
 import argparse
 import json
 import os
+import queue
 import signal
 import subprocess
 import sys
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+
+class TableEngine:
+    """FAKE_VLLM_STEP=table: one engine loop, steps priced by FAKE_VLLM_STEP_COST, a salted prefix cache."""
+
+    def __init__(self, cost):
+        self.fixed = float(cost.get("fixed", 0.01))
+        self.per_seq = float(cost.get("per_seq", 0.002))
+        self.per_token = float(cost.get("per_token", 0.001))
+        self.bump = {int(n): float(s) for n, s in (cost.get("bump") or {}).items()}
+        self.overhead = float(cost.get("overhead", 0.015))
+        self.admit = float(cost.get("admit", 0.002))
+        self.block_size = int(cost.get("block_size", 32))
+        self.prefix_caching = bool(cost.get("prefix_caching", True))
+        self.cached_blocks = set()
+        self.waiting = []
+        self.condition = threading.Condition()
+        self.frontend = threading.Lock()
+        self.stats = {"steps": 0, "step_tokens": 0, "cached": 0}
+        threading.Thread(target=self._loop, daemon=True).start()
+
+    def submit(self, prompt, max_tokens, salt):
+        """Queue a request; returns the queue its tokens arrive on (None after the last)."""
+        tokens = queue.Queue()
+        with self.frontend:  # one frontend: requests reach the engine one after another
+            time.sleep(self.admit)
+            with self.condition:
+                self.waiting.append({"prompt": prompt, "max": max_tokens, "salt": salt, "out": tokens, "done": 0})
+                self.condition.notify()
+        return tokens
+
+    def _blocks(self, request, upto):
+        return [(request["salt"], tuple(request["prompt"][:end])) for end in range(self.block_size, upto + 1,
+                self.block_size)]  # fmt: skip
+
+    def _step_s(self, new_tokens):
+        return self.fixed + sum(self.per_seq + self.per_token * n + self.bump.get(n, 0.0) for n in new_tokens)
+
+    def _loop(self):
+        running = []
+        while True:
+            with self.condition:
+                while not self.waiting and not running:
+                    self.condition.wait()
+                arrived, self.waiting = self.waiting, []
+            for request in arrived:
+                hits = 0  # at most len(prompt) - 1 tokens from the cache, in full blocks
+                for key in self._blocks(request, len(request["prompt"]) - 1):
+                    if not self.prefix_caching or key not in self.cached_blocks:
+                        break
+                    hits += self.block_size
+                request["new"] = len(request["prompt"]) - hits
+                self.stats["cached"] += hits
+                running.append(request)
+            new_tokens = [r["new"] if r["done"] == 0 else 1 for r in running]
+            time.sleep(self._step_s(new_tokens))
+            self.stats["steps"] += 1
+            # as vLLM's histogram counts them: prompt tokens computed, plus one sampled per sequence
+            self.stats["step_tokens"] += sum(r["new"] for r in running if r["done"] == 0) + len(running)
+            for request in running:
+                if request["done"] == 0:
+                    self.cached_blocks.update(self._blocks(request, len(request["prompt"])))
+                request["done"] += 1
+                request["out"].put(time.monotonic())
+                if request["done"] >= request["max"]:
+                    request["out"].put(None)
+            running = [r for r in running if r["done"] < r["max"]]
+
+    def metrics(self):
+        return (
+            "# TYPE vllm:cache_config_info gauge\n"
+            f'vllm:cache_config_info{{block_size="{self.block_size}",'
+            f'enable_prefix_caching="{self.prefix_caching}"}} 1.0\n'
+            "# TYPE vllm:prompt_tokens_cached counter\n"
+            f'vllm:prompt_tokens_cached_total{{model_name="m"}} {self.stats["cached"]}.0\n'
+            "# TYPE vllm:iteration_tokens_total histogram\n"
+            f'vllm:iteration_tokens_total_bucket{{le="+Inf",model_name="m"}} {self.stats["steps"]}.0\n'
+            f'vllm:iteration_tokens_total_count{{model_name="m"}} {self.stats["steps"]}.0\n'
+            f'vllm:iteration_tokens_total_sum{{model_name="m"}} {self.stats["step_tokens"]}.0\n'
+        )
 
 
 def main():
@@ -86,7 +176,9 @@ def main():
             if batch >= first:
                 k = min(value, k_max)
         return k
+
     api_key = os.environ.get("VLLM_API_KEY")
+    engine = TableEngine(json.loads(os.environ.get("FAKE_VLLM_STEP_COST") or "{}")) if step_mode == "table" else None
 
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.0"
@@ -115,7 +207,10 @@ def main():
             with lock:
                 in_flight[0] += 1
             try:
-                self._stream(out, n, k_max)
+                if engine is not None:
+                    self._stream_steps(engine.submit(prompt, n, body.get("cache_salt")), out, body)
+                else:
+                    self._stream(out, n, k_max)
             finally:
                 with lock:
                     in_flight[0] -= 1
@@ -128,6 +223,23 @@ def main():
             if spec_mode.startswith("die_after:") and counters["requests"] >= int(spec_mode.split(":")[1]):
                 child.kill()
                 os._exit(1)
+
+        def _stream_steps(self, tokens, out, body):
+            """One chunk per engine step of the table engine, `overhead` seconds after the step ended. Its tokens
+            decode to no text (as an EOS does): only log-probs or `return_token_ids` show them."""
+            for i, ready in enumerate(iter(tokens.get, None)):
+                time.sleep(max(0.0, ready + engine.overhead - time.monotonic()))
+                choice = {"index": 0, "text": "", "finish_reason": None}
+                if body.get("logprobs"):
+                    choice["logprobs"] = {
+                        "tokens": [f"token_id:{out[i]}"],
+                        "token_logprobs": [-0.1],
+                        "top_logprobs": [{f"token_id:{out[i]}": -0.1, f"token_id:{out[i] + 7}": -2.1}],
+                    }
+                if body.get("return_token_ids"):
+                    choice["token_ids"] = [out[i]]
+                self.wfile.write(f"data: {json.dumps({'choices': [choice]})}\n\n".encode())
+                self.wfile.flush()
 
         def _stream(self, out, n, k_max):
             """The output in chunks: the first token alone (prefill), then up to k + 1 per step."""
@@ -180,6 +292,7 @@ def main():
                     f'vllm:spec_decode_num_draft_tokens_total{{model_name="m"}} {counters["draft_tokens"]}.0\n'
                     "# TYPE vllm:spec_decode_num_accepted_tokens counter\n"
                     f'vllm:spec_decode_num_accepted_tokens_total{{model_name="m"}} {counters["accepted"]}.0\n'
+                    + (engine.metrics() if engine is not None else "")
                 ).encode()
             else:
                 self.send_response(404)
