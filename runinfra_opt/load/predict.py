@@ -275,8 +275,7 @@ def predict_run(
             if not sequence.item.passes:
                 finished.append(sequence)
         if finished:
-            done = {id(s) for s in finished}
-            running = [s for s in running if id(s) not in done]
+            running = [s for s in running if s not in finished]  # identity: a _Sequence has no __eq__
         for sequence in finished:
             record = sequence.record
             record.done_s = now
