@@ -84,12 +84,22 @@ async def together(client: OpenAIClient, requests: list[CompletionRequest], rng:
     return results, max(firsts) - min(firsts)
 
 
-async def decode_check(client: OpenAIClient, table: StepCostTable, *, tokens: int, repeats: int, vocab: int) -> Any:
-    """Plain decoding at each of the table's batch sizes against its tokens=1 column."""
+async def decode_check(
+    client: OpenAIClient,
+    table: StepCostTable,
+    *,
+    tokens: int,
+    repeats: int,
+    vocab: int,
+    context: int | None = None,
+    batch_sizes: tuple[int, ...] | None = None,
+) -> Any:
+    """Plain decoding at each of the table's batch sizes (prompts of the table's context, or of `context`)
+    against its tokens=1 column."""
     rng = random.Random(1)
     rows = []
-    context = table.context or 256
-    for batch in table.batch_sizes:
+    context = context or table.context or 256
+    for batch in batch_sizes or table.batch_sizes:
         gaps: list[float] = []
         spreads = []
         engine_sum = engine_count = 0.0
@@ -116,6 +126,7 @@ async def decode_check(client: OpenAIClient, table: StepCostTable, *, tokens: in
         rows.append(
             {
                 "batch": batch,
+                "context": context,
                 "table_tokens1_s": table_s,
                 "decode_itl_median_s": client_itl,
                 "decode_itl_p10_p90_s": [statistics.quantiles(gaps, n=10)[0], statistics.quantiles(gaps, n=10)[-1]],
@@ -127,7 +138,8 @@ async def decode_check(client: OpenAIClient, table: StepCostTable, *, tokens: in
             }
         )
         print(
-            f"  decode b={batch}: table {table_s * 1000:.1f} ms, decode ITL {client_itl * 1000:.1f} ms "
+            f"  decode b={batch} context {context}: table {table_s * 1000:.1f} ms, "
+            f"decode ITL {client_itl * 1000:.1f} ms "
             f"(engine {1000 * engine_sum / max(engine_count, 1):.1f}), ratio {table_s / client_itl:.3f}",
             flush=True,
         )
@@ -188,20 +200,23 @@ async def logits_check(client: OpenAIClient, api_key: str | None, *, lengths: tu
 def step_rows(
     results: list[RequestResult], prompts: list[list[int]], table: StepCostTable, *, k: int
 ) -> list[dict[str, Any]]:
-    """Requests started in one step: step s carries every request with more than s passes; its measured time is
-    the median of their gaps s, its predicted time the table at that batch and mean tokens per sequence."""
+    """Requests started in one step advance one pass a step: decoding step s carries every request with more
+    than s decoding passes (from the simulation over its own output ids, whatever its chunks); its measured time
+    is the median gap s of the requests that streamed one chunk a pass (the API server merges the outputs of a
+    request it has not sent yet), its predicted time the table at that batch and mean tokens per sequence."""
     passes = []
     for prompt, result in zip(prompts, results, strict=True):
         sim = simulate(prompt, result.output_token_ids, k=k, prompt_lookup_min=1, prompt_lookup_max=3,
                        max_model_len=MAX_MODEL_LEN)  # fmt: skip
-        consistent = [a + 1 for a in sim.accepted_per_pass] == list(result.chunk_tokens[1:])
-        passes.append((sim.proposed_per_pass, result.itl_s, consistent))
-        if not consistent:
-            print(f"  {result.request_id}: chunks do not match the simulated passes: left out", flush=True)
+        one_chunk_a_pass = len(result.chunk_tokens) == sim.target_passes
+        passes.append((sim.proposed_per_pass, result.itl_s if one_chunk_a_pass else None, len(prompt)))
+        if not one_chunk_a_pass:
+            print(f"  {result.request_id}: {len(result.chunk_tokens)} chunks, {sim.target_passes} passes", flush=True)
     rows = []
     for step in range(max(len(p[0]) for p in passes)):
-        running = [(proposed[step], gaps[step]) for proposed, gaps, ok in passes if step < len(proposed) and ok]
-        if not running:
+        running = [(proposed[step], gaps) for proposed, gaps, _ in passes if step < len(proposed)]
+        timed = [gaps[step] for _, gaps in running if gaps is not None]
+        if not timed:
             continue
         tokens = statistics.mean(p + 1 for p, _ in running)
         rows.append(
@@ -209,8 +224,9 @@ def step_rows(
                 "step": step + 1,
                 "batch": len(running),
                 "tokens_per_seq": tokens,
-                "measured_s": statistics.median(g for _, g in running),
+                "measured_s": statistics.median(timed),
                 "table_s": table.step_s(len(running), tokens),
+                "prompt_tokens": max(n for proposed, _, n in passes if step < len(proposed)),
             }
         )
     return rows
@@ -245,8 +261,8 @@ async def ngram_check(
     def request(i: int, prompt: list[int]) -> CompletionRequest:
         return CompletionRequest(f"n{i}", max_tokens, prompt=prompt, top_logprobs=0, return_token_ids=True)
 
-    for i in range(2):  # warm-up
-        await client.complete(request(i, prompts[0]))
+    for i, prompt in enumerate(prompts):  # warm-up: every prompt once (its prefill cached for later)
+        await client.complete(request(i, prompt))
     alone_rows: list[dict[str, Any]] = []
     for i, prompt in enumerate(prompts):
         result = await client.complete(request(i, prompt))
@@ -377,6 +393,8 @@ def main() -> None:
                 print(f"  b={b}: " + "  ".join(f"t{t} {s * 1000:6.1f}" for t, s in cells))
             print("  prefill: " + "  ".join(f"{n} {s * 1000:.1f}" for n, s in measured.table.prefill), flush=True)
             decode = await decode_check(client, measured.table, tokens=args.decode_tokens, repeats=2, vocab=vocab)
+            decode += await decode_check(client, measured.table, tokens=args.decode_tokens, repeats=2, vocab=vocab,
+                                         context=1024, batch_sizes=(1, 4))  # fmt: skip
             report["logits_check"] = await logits_check(client, server.api_key, lengths=(9, 72), repeats=3,
                                                         vocab=vocab)  # fmt: skip
             return measured, decode
