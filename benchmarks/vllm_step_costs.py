@@ -286,6 +286,48 @@ async def ngram_check(
             "alone_steps": alone_rows, "concurrent_steps": batched_rows}  # fmt: skip
 
 
+def print_table(table: StepCostTable) -> None:
+    for b, row in zip(table.batch_sizes, table.seconds, strict=True):
+        print(f"  b={b}: " + "  ".join(f"t{t} {s * 1000:6.1f}" for t, s in zip(table.tokens, row, strict=True)))
+    print("  prefill: " + "  ".join(f"{n} {s * 1000:.1f}" for n, s in table.prefill), flush=True)
+
+
+def median_table(tables: list[StepCostTable]) -> StepCostTable:
+    """Each cell's median over tables of the same grid."""
+    first = tables[0]
+    return StepCostTable(
+        batch_sizes=first.batch_sizes,
+        tokens=first.tokens,
+        seconds=tuple(
+            tuple(statistics.median(t.seconds[i][j] for t in tables) for j in range(len(first.tokens)))
+            for i in range(len(first.batch_sizes))
+        ),
+        prefill=tuple(
+            (n, statistics.median(t.prefill[i][1] for t in tables)) for i, (n, _) in enumerate(first.prefill)
+        ),
+        context=first.context,
+        method=f"{first.method}; median of {len(tables)} rounds",
+        notes=first.notes,
+    )
+
+
+def decode_summary(table: StepCostTable, decodes: list[list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    """Per (batch, context): the median over rounds of the decoding gaps' median, against the median table."""
+    out = []
+    for batch, context in [(row["batch"], row["context"]) for row in decodes[0]]:
+        rows = [row for rounds in decodes for row in rounds if (row["batch"], row["context"]) == (batch, context)]
+        itl = statistics.median(r["decode_itl_median_s"] for r in rows)
+        engine = [r["engine_itl_mean_s"] for r in rows if r["engine_itl_mean_s"] is not None]
+        step = table.step_s(batch, 1)
+        out.append({"batch": batch, "context": context, "table_tokens1_s": step, "decode_itl_s": itl,
+                    "engine_itl_s": statistics.median(engine) if engine else None, "ratio_table_to_itl": step / itl,
+                    "per_round_ratio": [r["ratio_table_to_itl"] for r in rows]})  # fmt: skip
+        rounds = ", ".join(f"{r['ratio_table_to_itl']:.3f}" for r in rows)
+        print(f"  decode b={batch} context {context}: median table {step * 1000:.1f} ms, decode ITL "
+              f"{itl * 1000:.1f} ms, ratio {step / itl:.3f} (rounds: {rounds})", flush=True)  # fmt: skip
+    return out
+
+
 def load_run_check(run_dir: Path, table: StepCostTable) -> dict[str, Any]:
     """An earlier `optimize --engine vllm --load` run's n-gram servers at concurrency 1: every step (the gap
     between streamed chunks) against the table at batch 1 and the pass's simulated proposal + 1 tokens (from the
@@ -344,7 +386,8 @@ def main() -> None:
     parser.add_argument("--tokens", type=ints, default=(1, 2, 3, 5, 9))
     parser.add_argument("--prefill", type=ints, default=(64, 256, 512, 1024))
     parser.add_argument("--context", type=int, default=256)
-    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--repeats", type=int, default=1, help="of the table, per round")
+    parser.add_argument("--rounds", type=int, default=3, help="table then decoding, alternated")
     parser.add_argument("--decode-tokens", type=int, default=32)
     parser.add_argument("--ngram", action="store_true", help="then launch an n-gram server and compare its steps")
     parser.add_argument("--ngram-k", type=int, default=8)
@@ -381,29 +424,39 @@ def main() -> None:
         },  # fmt: skip
     }
 
-    async def baseline(server: VllmServer) -> tuple[StepCostMeasurement, Any]:
+    async def baseline(server: VllmServer) -> tuple[StepCostTable, Any]:
+        """`--rounds` rounds of (the table at `--repeats`, then plain decoding once at every batch size), so that
+        drift and other work on the machine hit both alike; the table is each cell's median over the rounds."""
         async with OpenAIClient(server.base_url, server.api_key, server.model_name, max_connections=None) as client:
             for i in range(2):  # the first request after start-up is slow
                 await client.complete(CompletionRequest(f"w{i}", 4, prompt=[100 + i] * 16, top_logprobs=0))
             grid = StepCostGrid(args.batch_sizes, args.tokens, args.prefill, args.context, args.repeats)
-            measured = await measure_async(client, grid, vocab_size=vocab, max_model_len=MAX_MODEL_LEN)
-            print(f"table measured in {measured.wall_s:.1f} s ({len(measured.rejected)} tries redone)", flush=True)
-            for b, row in zip(measured.table.batch_sizes, measured.table.seconds, strict=True):
-                cells = zip(measured.table.tokens, row, strict=True)
-                print(f"  b={b}: " + "  ".join(f"t{t} {s * 1000:6.1f}" for t, s in cells))
-            print("  prefill: " + "  ".join(f"{n} {s * 1000:.1f}" for n, s in measured.table.prefill), flush=True)
-            decode = await decode_check(client, measured.table, tokens=args.decode_tokens, repeats=2, vocab=vocab)
-            decode += await decode_check(client, measured.table, tokens=args.decode_tokens, repeats=2, vocab=vocab,
-                                         context=1024, batch_sizes=(1, 4))  # fmt: skip
-            report["logits_check"] = await logits_check(client, server.api_key, lengths=(9, 72), repeats=3,
+            rounds: list[StepCostMeasurement] = []
+            decodes: list[Any] = []
+            for number in range(args.rounds):
+                measured = await measure_async(client, grid, vocab_size=vocab, max_model_len=MAX_MODEL_LEN, seed=number)
+                rounds.append(measured)
+                print(f"round {number + 1}: table in {measured.wall_s:.1f} s ({len(measured.rejected)} tries redone), "
+                      f"load {load_average()}", flush=True)  # fmt: skip
+                print_table(measured.table)
+                decode = await decode_check(client, measured.table, tokens=args.decode_tokens, repeats=1, vocab=vocab)
+                decode += await decode_check(client, measured.table, tokens=args.decode_tokens, repeats=1,
+                                             vocab=vocab, context=1024, batch_sizes=(1, 4))  # fmt: skip
+                decodes.append(decode)
+            table = median_table([m.table for m in rounds])
+            print("median over rounds:")
+            print_table(table)
+            report["rounds"] = [{"measurement": m.to_dict(), "decode_check": d} for m, d in zip(rounds, decodes,
+                                strict=True)]  # fmt: skip
+            report["logits_check"] = await logits_check(client, server.api_key, lengths=(9, 72), repeats=5,
                                                         vocab=vocab)  # fmt: skip
-            return measured, decode
+            return table, decode_summary(table, decodes)
 
     with VllmServer(python, settings.server_config(BASELINE), logs, name="baseline") as server:
         report["baseline_startup_s"] = server.startup_s
-        measured, decode = asyncio.run(baseline(server))
+        table, decode = asyncio.run(baseline(server))
     report["load_average_after_baseline"] = load_average()
-    report["measurement"] = measured.to_dict()
+    report["table"] = table.to_dict()
     report["decode_check"] = decode
 
     if args.ngram and not args.fake:
@@ -414,14 +467,14 @@ def main() -> None:
 
         async def ngram(server: VllmServer) -> dict[str, Any]:
             async with OpenAIClient(server.base_url, server.api_key, server.model_name, max_connections=None) as c:
-                return await ngram_check(c, measured.table, prompts, k=args.ngram_k, max_tokens=args.max_tokens,
+                return await ngram_check(c, table, prompts, k=args.ngram_k, max_tokens=args.max_tokens,
                                          concurrency=args.ngram_concurrency, vocab=vocab)  # fmt: skip
 
         with VllmServer(python, config, logs, name="ngram") as server:
             report["ngram_startup_s"] = server.startup_s
             report["ngram_check"] = asyncio.run(ngram(server))
     if args.load_run is not None:
-        report["load_run_check"] = {"run": str(args.load_run), **load_run_check(args.load_run, measured.table)}
+        report["load_run_check"] = {"run": str(args.load_run), **load_run_check(args.load_run, table)}
     report["load_average_after"] = load_average()
     report["server_logs"] = str(logs)
     if args.out:
