@@ -459,6 +459,13 @@ def main() -> None:
     report["table"] = table.to_dict()
     report["decode_check"] = decode
 
+    def save() -> None:  # after every phase: a later one that fails keeps what was measured
+        if args.out:
+            args.out.parent.mkdir(parents=True, exist_ok=True)
+            args.out.write_text(json.dumps(report, indent=1) + "\n")
+
+    save()
+
     if args.ngram and not args.fake:
         prompts = workload_prompts(args.workload, args.ngram_requests)
         variant = make(args.ngram_k, 1, 3)
@@ -473,13 +480,14 @@ def main() -> None:
         with VllmServer(python, config, logs, name="ngram") as server:
             report["ngram_startup_s"] = server.startup_s
             report["ngram_check"] = asyncio.run(ngram(server))
+        report["load_average_after_ngram"] = load_average()
+        save()
     if args.load_run is not None:
         report["load_run_check"] = {"run": str(args.load_run), **load_run_check(args.load_run, table)}
     report["load_average_after"] = load_average()
     report["server_logs"] = str(logs)
+    save()
     if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(report, indent=1) + "\n")
         print(f"raw: {args.out}")
 
 
