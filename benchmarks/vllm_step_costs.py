@@ -264,23 +264,40 @@ async def ngram_check(
     for i, prompt in enumerate(prompts):  # warm-up: every prompt once (its prefill cached for later)
         await client.complete(request(i, prompt))
     alone_rows: list[dict[str, Any]] = []
+    gaps: dict[str, list[float]] = {"alone": [], "concurrent": []}
+    engine: dict[str, list[float]] = {}
+    before = await engine_itl(client)
     for i, prompt in enumerate(prompts):
         result = await client.complete(request(i, prompt))
         assert result.success, result.error
         alone_rows += step_rows([result], [prompt], table, k=k)
+        gaps["alone"] += result.itl_s
+    after = await engine_itl(client)
+    engine["alone"] = [after[0] - before[0], after[1] - before[1]]
     rng = random.Random(2)
     batched_rows: list[dict[str, Any]] = []
     spreads = []
+    before = await engine_itl(client)
     for start in range(0, len(prompts) - concurrency + 1, concurrency):
         group = prompts[start : start + concurrency]
         results, spread = await together(client, [request(i, p) for i, p in enumerate(group)], rng, vocab)
         spreads.append(spread)
         batched_rows += step_rows(results, group, table, k=k)
+        gaps["concurrent"] += [gap for r in results for gap in r.itl_s]
+    after = await engine_itl(client)
+    engine["concurrent"] = [after[0] - before[0], after[1] - before[1]]
     alone, batched = summarize_steps(alone_rows), summarize_steps(batched_rows)
-    print(f"  n-gram k={k} alone: measured/table {alone['ratio_measured_to_table']:.3f} over {alone['steps']} steps")
+    for phase, summary in (("alone", alone), ("concurrent", batched)):
+        # vLLM's own inter-token latency (engine clock) against the client's gaps: is a slow step the engine's?
+        summary["engine_itl_mean_s"] = engine[phase][0] / engine[phase][1] if engine[phase][1] else None
+        summary["client_gap_mean_s"] = statistics.mean(gaps[phase]) if gaps[phase] else None
+    print(f"  n-gram k={k} alone: measured/table {alone['ratio_measured_to_table']:.3f} over {alone['steps']} steps; "
+          f"by cell {alone['median_ratio_by_cell']}")  # fmt: skip
     print(
         f"  n-gram k={k} at {concurrency}: measured/table {batched['ratio_measured_to_table']:.3f} over "
-        f"{batched['steps']} steps (first-token spread max {max(spreads) * 1000:.1f} ms)"
+        f"{batched['steps']} steps (first-token spread max {max(spreads) * 1000:.1f} ms); by cell "
+        f"{batched['median_ratio_by_cell']}; engine ITL {batched['engine_itl_mean_s']}, client gap "
+        f"{batched['client_gap_mean_s']}"
     )
     return {"alone": alone, "concurrent": batched, "first_token_spreads_s": spreads,
             "alone_steps": alone_rows, "concurrent_steps": batched_rows}  # fmt: skip
