@@ -84,12 +84,22 @@ async def together(client: OpenAIClient, requests: list[CompletionRequest], rng:
     return results, max(firsts) - min(firsts)
 
 
-async def decode_check(client: OpenAIClient, table: StepCostTable, *, tokens: int, repeats: int, vocab: int) -> Any:
-    """Plain decoding at each of the table's batch sizes against its tokens=1 column."""
+async def decode_check(
+    client: OpenAIClient,
+    table: StepCostTable,
+    *,
+    tokens: int,
+    repeats: int,
+    vocab: int,
+    context: int | None = None,
+    batch_sizes: tuple[int, ...] | None = None,
+) -> Any:
+    """Plain decoding at each of the table's batch sizes (prompts of the table's context, or of `context`)
+    against its tokens=1 column."""
     rng = random.Random(1)
     rows = []
-    context = table.context or 256
-    for batch in table.batch_sizes:
+    context = context or table.context or 256
+    for batch in batch_sizes or table.batch_sizes:
         gaps: list[float] = []
         spreads = []
         engine_sum = engine_count = 0.0
@@ -116,6 +126,7 @@ async def decode_check(client: OpenAIClient, table: StepCostTable, *, tokens: in
         rows.append(
             {
                 "batch": batch,
+                "context": context,
                 "table_tokens1_s": table_s,
                 "decode_itl_median_s": client_itl,
                 "decode_itl_p10_p90_s": [statistics.quantiles(gaps, n=10)[0], statistics.quantiles(gaps, n=10)[-1]],
@@ -127,7 +138,8 @@ async def decode_check(client: OpenAIClient, table: StepCostTable, *, tokens: in
             }
         )
         print(
-            f"  decode b={batch}: table {table_s * 1000:.1f} ms, decode ITL {client_itl * 1000:.1f} ms "
+            f"  decode b={batch} context {context}: table {table_s * 1000:.1f} ms, "
+            f"decode ITL {client_itl * 1000:.1f} ms "
             f"(engine {1000 * engine_sum / max(engine_count, 1):.1f}), ratio {table_s / client_itl:.3f}",
             flush=True,
         )
@@ -188,20 +200,23 @@ async def logits_check(client: OpenAIClient, api_key: str | None, *, lengths: tu
 def step_rows(
     results: list[RequestResult], prompts: list[list[int]], table: StepCostTable, *, k: int
 ) -> list[dict[str, Any]]:
-    """Requests started in one step: step s carries every request with more than s passes; its measured time is
-    the median of their gaps s, its predicted time the table at that batch and mean tokens per sequence."""
+    """Requests started in one step advance one pass a step: decoding step s carries every request with more
+    than s decoding passes (from the simulation over its own output ids, whatever its chunks); its measured time
+    is the median gap s of the requests that streamed one chunk a pass (the API server merges the outputs of a
+    request it has not sent yet), its predicted time the table at that batch and mean tokens per sequence."""
     passes = []
     for prompt, result in zip(prompts, results, strict=True):
         sim = simulate(prompt, result.output_token_ids, k=k, prompt_lookup_min=1, prompt_lookup_max=3,
                        max_model_len=MAX_MODEL_LEN)  # fmt: skip
-        consistent = [a + 1 for a in sim.accepted_per_pass] == list(result.chunk_tokens[1:])
-        passes.append((sim.proposed_per_pass, result.itl_s, consistent))
-        if not consistent:
-            print(f"  {result.request_id}: chunks do not match the simulated passes: left out", flush=True)
+        one_chunk_a_pass = len(result.chunk_tokens) == sim.target_passes
+        passes.append((sim.proposed_per_pass, result.itl_s if one_chunk_a_pass else None, len(prompt)))
+        if not one_chunk_a_pass:
+            print(f"  {result.request_id}: {len(result.chunk_tokens)} chunks, {sim.target_passes} passes", flush=True)
     rows = []
     for step in range(max(len(p[0]) for p in passes)):
-        running = [(proposed[step], gaps[step]) for proposed, gaps, ok in passes if step < len(proposed) and ok]
-        if not running:
+        running = [(proposed[step], gaps) for proposed, gaps, _ in passes if step < len(proposed)]
+        timed = [gaps[step] for _, gaps in running if gaps is not None]
+        if not timed:
             continue
         tokens = statistics.mean(p + 1 for p, _ in running)
         rows.append(
@@ -209,8 +224,9 @@ def step_rows(
                 "step": step + 1,
                 "batch": len(running),
                 "tokens_per_seq": tokens,
-                "measured_s": statistics.median(g for _, g in running),
+                "measured_s": statistics.median(timed),
                 "table_s": table.step_s(len(running), tokens),
+                "prompt_tokens": max(n for proposed, _, n in passes if step < len(proposed)),
             }
         )
     return rows
@@ -245,29 +261,88 @@ async def ngram_check(
     def request(i: int, prompt: list[int]) -> CompletionRequest:
         return CompletionRequest(f"n{i}", max_tokens, prompt=prompt, top_logprobs=0, return_token_ids=True)
 
-    for i in range(2):  # warm-up
-        await client.complete(request(i, prompts[0]))
+    for i, prompt in enumerate(prompts):  # warm-up: every prompt once (its prefill cached for later)
+        await client.complete(request(i, prompt))
     alone_rows: list[dict[str, Any]] = []
+    gaps: dict[str, list[float]] = {"alone": [], "concurrent": []}
+    engine: dict[str, list[float]] = {}
+    before = await engine_itl(client)
     for i, prompt in enumerate(prompts):
         result = await client.complete(request(i, prompt))
         assert result.success, result.error
         alone_rows += step_rows([result], [prompt], table, k=k)
+        gaps["alone"] += result.itl_s
+    after = await engine_itl(client)
+    engine["alone"] = [after[0] - before[0], after[1] - before[1]]
     rng = random.Random(2)
     batched_rows: list[dict[str, Any]] = []
     spreads = []
+    before = await engine_itl(client)
     for start in range(0, len(prompts) - concurrency + 1, concurrency):
         group = prompts[start : start + concurrency]
         results, spread = await together(client, [request(i, p) for i, p in enumerate(group)], rng, vocab)
         spreads.append(spread)
         batched_rows += step_rows(results, group, table, k=k)
+        gaps["concurrent"] += [gap for r in results for gap in r.itl_s]
+    after = await engine_itl(client)
+    engine["concurrent"] = [after[0] - before[0], after[1] - before[1]]
     alone, batched = summarize_steps(alone_rows), summarize_steps(batched_rows)
-    print(f"  n-gram k={k} alone: measured/table {alone['ratio_measured_to_table']:.3f} over {alone['steps']} steps")
+    for phase, summary in (("alone", alone), ("concurrent", batched)):
+        # vLLM's own inter-token latency (engine clock) against the client's gaps: is a slow step the engine's?
+        summary["engine_itl_mean_s"] = engine[phase][0] / engine[phase][1] if engine[phase][1] else None
+        summary["client_gap_mean_s"] = statistics.mean(gaps[phase]) if gaps[phase] else None
+    print(f"  n-gram k={k} alone: measured/table {alone['ratio_measured_to_table']:.3f} over {alone['steps']} steps; "
+          f"by cell {alone['median_ratio_by_cell']}")  # fmt: skip
     print(
         f"  n-gram k={k} at {concurrency}: measured/table {batched['ratio_measured_to_table']:.3f} over "
-        f"{batched['steps']} steps (first-token spread max {max(spreads) * 1000:.1f} ms)"
+        f"{batched['steps']} steps (first-token spread max {max(spreads) * 1000:.1f} ms); by cell "
+        f"{batched['median_ratio_by_cell']}; engine ITL {batched['engine_itl_mean_s']}, client gap "
+        f"{batched['client_gap_mean_s']}"
     )
     return {"alone": alone, "concurrent": batched, "first_token_spreads_s": spreads,
             "alone_steps": alone_rows, "concurrent_steps": batched_rows}  # fmt: skip
+
+
+def print_table(table: StepCostTable) -> None:
+    for b, row in zip(table.batch_sizes, table.seconds, strict=True):
+        print(f"  b={b}: " + "  ".join(f"t{t} {s * 1000:6.1f}" for t, s in zip(table.tokens, row, strict=True)))
+    print("  prefill: " + "  ".join(f"{n} {s * 1000:.1f}" for n, s in table.prefill), flush=True)
+
+
+def median_table(tables: list[StepCostTable]) -> StepCostTable:
+    """Each cell's median over tables of the same grid."""
+    first = tables[0]
+    return StepCostTable(
+        batch_sizes=first.batch_sizes,
+        tokens=first.tokens,
+        seconds=tuple(
+            tuple(statistics.median(t.seconds[i][j] for t in tables) for j in range(len(first.tokens)))
+            for i in range(len(first.batch_sizes))
+        ),
+        prefill=tuple(
+            (n, statistics.median(t.prefill[i][1] for t in tables)) for i, (n, _) in enumerate(first.prefill)
+        ),
+        context=first.context,
+        method=f"{first.method}; median of {len(tables)} rounds",
+        notes=first.notes,
+    )
+
+
+def decode_summary(table: StepCostTable, decodes: list[list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    """Per (batch, context): the median over rounds of the decoding gaps' median, against the median table."""
+    out = []
+    for batch, context in [(row["batch"], row["context"]) for row in decodes[0]]:
+        rows = [row for rounds in decodes for row in rounds if (row["batch"], row["context"]) == (batch, context)]
+        itl = statistics.median(r["decode_itl_median_s"] for r in rows)
+        engine = [r["engine_itl_mean_s"] for r in rows if r["engine_itl_mean_s"] is not None]
+        step = table.step_s(batch, 1)
+        out.append({"batch": batch, "context": context, "table_tokens1_s": step, "decode_itl_s": itl,
+                    "engine_itl_s": statistics.median(engine) if engine else None, "ratio_table_to_itl": step / itl,
+                    "per_round_ratio": [r["ratio_table_to_itl"] for r in rows]})  # fmt: skip
+        rounds = ", ".join(f"{r['ratio_table_to_itl']:.3f}" for r in rows)
+        print(f"  decode b={batch} context {context}: median table {step * 1000:.1f} ms, decode ITL "
+              f"{itl * 1000:.1f} ms, ratio {step / itl:.3f} (rounds: {rounds})", flush=True)  # fmt: skip
+    return out
 
 
 def load_run_check(run_dir: Path, table: StepCostTable) -> dict[str, Any]:
@@ -328,7 +403,8 @@ def main() -> None:
     parser.add_argument("--tokens", type=ints, default=(1, 2, 3, 5, 9))
     parser.add_argument("--prefill", type=ints, default=(64, 256, 512, 1024))
     parser.add_argument("--context", type=int, default=256)
-    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--repeats", type=int, default=1, help="of the table, per round")
+    parser.add_argument("--rounds", type=int, default=3, help="table then decoding, alternated")
     parser.add_argument("--decode-tokens", type=int, default=32)
     parser.add_argument("--ngram", action="store_true", help="then launch an n-gram server and compare its steps")
     parser.add_argument("--ngram-k", type=int, default=8)
@@ -365,28 +441,47 @@ def main() -> None:
         },  # fmt: skip
     }
 
-    async def baseline(server: VllmServer) -> tuple[StepCostMeasurement, Any]:
+    async def baseline(server: VllmServer) -> tuple[StepCostTable, Any]:
+        """`--rounds` rounds of (the table at `--repeats`, then plain decoding once at every batch size), so that
+        drift and other work on the machine hit both alike; the table is each cell's median over the rounds."""
         async with OpenAIClient(server.base_url, server.api_key, server.model_name, max_connections=None) as client:
             for i in range(2):  # the first request after start-up is slow
                 await client.complete(CompletionRequest(f"w{i}", 4, prompt=[100 + i] * 16, top_logprobs=0))
             grid = StepCostGrid(args.batch_sizes, args.tokens, args.prefill, args.context, args.repeats)
-            measured = await measure_async(client, grid, vocab_size=vocab, max_model_len=MAX_MODEL_LEN)
-            print(f"table measured in {measured.wall_s:.1f} s ({len(measured.rejected)} tries redone)", flush=True)
-            for b, row in zip(measured.table.batch_sizes, measured.table.seconds, strict=True):
-                cells = zip(measured.table.tokens, row, strict=True)
-                print(f"  b={b}: " + "  ".join(f"t{t} {s * 1000:6.1f}" for t, s in cells))
-            print("  prefill: " + "  ".join(f"{n} {s * 1000:.1f}" for n, s in measured.table.prefill), flush=True)
-            decode = await decode_check(client, measured.table, tokens=args.decode_tokens, repeats=2, vocab=vocab)
-            report["logits_check"] = await logits_check(client, server.api_key, lengths=(9, 72), repeats=3,
+            rounds: list[StepCostMeasurement] = []
+            decodes: list[Any] = []
+            for number in range(args.rounds):
+                measured = await measure_async(client, grid, vocab_size=vocab, max_model_len=MAX_MODEL_LEN, seed=number)
+                rounds.append(measured)
+                print(f"round {number + 1}: table in {measured.wall_s:.1f} s ({len(measured.rejected)} tries redone), "
+                      f"load {load_average()}", flush=True)  # fmt: skip
+                print_table(measured.table)
+                decode = await decode_check(client, measured.table, tokens=args.decode_tokens, repeats=1, vocab=vocab)
+                decode += await decode_check(client, measured.table, tokens=args.decode_tokens, repeats=1,
+                                             vocab=vocab, context=1024, batch_sizes=(1, 4))  # fmt: skip
+                decodes.append(decode)
+            table = median_table([m.table for m in rounds])
+            print("median over rounds:")
+            print_table(table)
+            report["rounds"] = [{"measurement": m.to_dict(), "decode_check": d} for m, d in zip(rounds, decodes,
+                                strict=True)]  # fmt: skip
+            report["logits_check"] = await logits_check(client, server.api_key, lengths=(9, 72), repeats=5,
                                                         vocab=vocab)  # fmt: skip
-            return measured, decode
+            return table, decode_summary(table, decodes)
 
     with VllmServer(python, settings.server_config(BASELINE), logs, name="baseline") as server:
         report["baseline_startup_s"] = server.startup_s
-        measured, decode = asyncio.run(baseline(server))
+        table, decode = asyncio.run(baseline(server))
     report["load_average_after_baseline"] = load_average()
-    report["measurement"] = measured.to_dict()
+    report["table"] = table.to_dict()
     report["decode_check"] = decode
+
+    def save() -> None:  # after every phase: a later one that fails keeps what was measured
+        if args.out:
+            args.out.parent.mkdir(parents=True, exist_ok=True)
+            args.out.write_text(json.dumps(report, indent=1) + "\n")
+
+    save()
 
     if args.ngram and not args.fake:
         prompts = workload_prompts(args.workload, args.ngram_requests)
@@ -396,19 +491,20 @@ def main() -> None:
 
         async def ngram(server: VllmServer) -> dict[str, Any]:
             async with OpenAIClient(server.base_url, server.api_key, server.model_name, max_connections=None) as c:
-                return await ngram_check(c, measured.table, prompts, k=args.ngram_k, max_tokens=args.max_tokens,
+                return await ngram_check(c, table, prompts, k=args.ngram_k, max_tokens=args.max_tokens,
                                          concurrency=args.ngram_concurrency, vocab=vocab)  # fmt: skip
 
         with VllmServer(python, config, logs, name="ngram") as server:
             report["ngram_startup_s"] = server.startup_s
             report["ngram_check"] = asyncio.run(ngram(server))
+        report["load_average_after_ngram"] = load_average()
+        save()
     if args.load_run is not None:
-        report["load_run_check"] = {"run": str(args.load_run), **load_run_check(args.load_run, measured.table)}
+        report["load_run_check"] = {"run": str(args.load_run), **load_run_check(args.load_run, table)}
     report["load_average_after"] = load_average()
     report["server_logs"] = str(logs)
+    save()
     if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(report, indent=1) + "\n")
         print(f"raw: {args.out}")
 
 
