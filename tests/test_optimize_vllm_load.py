@@ -355,3 +355,23 @@ def _tokens_at(vr: VariantResult, level: str) -> float:
     found = next(lr for lr in vr.load if lr.level == level)
     assert found.metrics.output_tokens_per_s is not None
     return found.metrics.output_tokens_per_s.value
+
+
+def test_an_unsaturated_recorded_load_says_what_speculation_buys_there() -> None:
+    # At replay every variant serves the arrivals (ratio ~1): the baseline is kept by the throughput rule, and
+    # the reason says that speculation shortens the requests there (vLLM summarize: e2e p50 2566 vs 3906 ms).
+    results = _results({"baseline": {"replay": (9.5, None)}, "vllm_ngram-m1-n3-k8": {"replay": (10.2, 1.02)}})
+    base, k8 = (results.variant(n) for n in ("baseline", "vllm_ngram-m1-n3-k8"))
+    assert base is not None
+    assert k8 is not None
+    base.load[0].metrics.e2e_s = {"p50": 3.906}
+    k8.load[0].metrics.e2e_s = {"p50": 2.566}
+    decision = _decide(results, "replay")
+    assert decision.winner == "baseline"
+    assert "keeps up under every variant" in decision.reason
+    assert "vllm_ngram-m1-n3-k8 e2e p50 2566 vs 3906 ms" in decision.reason
+    # At a closed-loop level the same figures say nothing of the kind (throughput ranks them there).
+    closed = _results(
+        {"baseline": {"concurrency:4": (9.5, None)}, "vllm_ngram-m1-n3-k8": {"concurrency:4": (10.2, 1.02)}}
+    )
+    assert "keeps up" not in _decide(closed, "concurrency:4").reason

@@ -229,6 +229,32 @@ def level_decision(
     return _by_throughput(level, base, rows, min_speedup, excluded)
 
 
+LATENCY_GAIN = 0.10
+"""An e2e p50 this much below the baseline's is worth saying where throughput cannot tell the variants apart."""
+
+
+def _latency_instead(level: str, base: LevelResult, rows: list[tuple[VariantResult, LevelResult]]) -> str:
+    """At an open-loop level (replay, rate) where every variant served the offered load (no throughput ratio's
+    interval excludes 1), throughput follows the arrivals and cannot rank them; say so, with the variant that
+    shortens requests the most, when it does by more than `LATENCY_GAIN` (the rule itself stays on throughput)."""
+    if level.startswith("concurrency:"):
+        return ""
+    if any(lr.vs_baseline is None or not lr.vs_baseline.low <= 1.0 <= lr.vs_baseline.high for _, lr in rows):
+        return ""
+    base_e2e = base.metrics.e2e_s.get("p50")
+    timed = [(lr.metrics.e2e_s["p50"], vr.name) for vr, lr in rows if "p50" in lr.metrics.e2e_s]
+    if base_e2e is None or not timed:
+        return ""
+    e2e, name = min(timed)
+    if e2e > base_e2e * (1 - LATENCY_GAIN):
+        return ""
+    return (
+        f" At this load the server keeps up under every variant (throughput follows the arrivals), and speculation "
+        f"shortens requests instead: {name} e2e p50 {e2e * 1000:.0f} vs {base_e2e * 1000:.0f} ms (a latency gain "
+        "the throughput priority does not rank; --priority ttft and the concurrency levels show the rest)."
+    )
+
+
 def _by_throughput(
     level: str,
     base: LevelResult,
@@ -259,7 +285,10 @@ def _by_throughput(
         winner=BASELINE.name,
         figure=figure,
         gain=Interval(value=1.0, low=1.0, high=1.0),
-        reason=f"baseline: the best speculative variant, {best_vr.name} ({figures}), does not pay: {why}.{tail}",
+        reason=(
+            f"baseline: the best speculative variant, {best_vr.name} ({figures}), does not pay: {why}."
+            f"{_latency_instead(level, base, rows)}{tail}"
+        ),
     )
 
 
