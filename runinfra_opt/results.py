@@ -106,6 +106,8 @@ class VariantResult(_Model):
     """Timed end to end (not only predicted)."""
     load: list[LevelResult] = Field(default_factory=list)
     """Measured under each `--load` level (serving engines), in the order measured."""
+    load_predicted: list[PredictedLevel] = Field(default_factory=list)
+    """Predicted under each `--load` level by the serving-engine predictor (`optimize.serving`), measured or not."""
 
 
 class CategoryDecision(_Model):
@@ -301,6 +303,19 @@ class LevelResult(_Model):
         if not self.drafted_tokens or self.accepted_tokens is None:
             return None
         return self.accepted_tokens / self.drafted_tokens
+
+
+class PredictedLevel(_Model):
+    """One variant predicted under one load level (the serving-engine predictor: simulated rounds, the baseline
+    server's step-cost table, and, once the baseline was measured there, overheads fitted to it)."""
+
+    level: str
+    metrics: LevelMetrics
+    """The figures of the predicted run, as `level_metrics` measures a real one."""
+    calibrated: bool
+    """Overheads fitted to the baseline's measured run at this level (else the raw table)."""
+    vs_baseline: float | None = None
+    """Predicted output tokens/s over the baseline's predicted output tokens/s at this level."""
 
 
 class LevelDecision(_Model):

@@ -141,7 +141,7 @@ class HFEngine:
     Implements `engine.protocol.ProfilingEngine`: every capability."""
 
     name = "transformers"
-    capabilities = frozenset(Capability) - {Capability.SERVE_LOAD}
+    capabilities = frozenset(Capability) - {Capability.SERVE_LOAD, Capability.STEP_COSTS}
     interleaves = True
 
     def __init__(

@@ -11,10 +11,14 @@ the caller before it uses the matching method:
 - `COST_TABLE`: a measured forward-time table of the target and its drafters (`measure_costs`);
 - `EARLY_EXIT`: drafting from the target's own first layers (its hidden states);
 - `SERVE_LOAD`: serving many requests at once under a load level (`runinfra_opt.load`: replay, a closed loop,
-  a rate) on the variant's own server (`run_load`), the server's draft counters over the level included.
+  a rate) on the variant's own server (`run_load`), the server's draft counters over the level included;
+- `STEP_COSTS`: a step-cost table measured on the baseline's own server (`measure_step_costs`: step time by
+  batch size and tokens per sequence, prefill by prompt length), what the serving-engine predictor turns
+  simulated rounds into time with.
 
-The in-process transformers engine (`runinfra_opt.engine.hf`) has all but `SERVE_LOAD` (it runs one request at a
-time); the vLLM serving engine has only `SERVE_LOAD`, and `optimize` then says which steps it skips and why.
+The in-process transformers engine (`runinfra_opt.engine.hf`) has all but `SERVE_LOAD` and `STEP_COSTS` (it runs
+one request at a time); the vLLM serving engine has `SERVE_LOAD` and `STEP_COSTS`, and `optimize` then says which
+steps it skips and why.
 Nothing here imports torch.
 """
 
@@ -35,6 +39,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from runinfra_opt.engine.prompts import PromptTokenizer
     from runinfra_opt.load import LevelRun, LoadLevel
     from runinfra_opt.load.runner import RecordSink
+    from runinfra_opt.load.stepcost import StepCostTable
 
 TokenSequence = tuple[list[int], list[int]]
 """(prompt_ids, output_ids): a request's prompt and the target's output, as token ids."""
@@ -46,6 +51,7 @@ class Capability(StrEnum):
     COST_TABLE = "cost_table"
     EARLY_EXIT = "early_exit"
     SERVE_LOAD = "serve_load"
+    STEP_COSTS = "step_costs"
 
 
 class Engine(Protocol):
@@ -151,6 +157,23 @@ class LoadServer(Protocol):
     ) -> LoadMeasurement:
         """Send `requests` under `level` (a warm-up first, untimed) and return what the runner recorded; with a
         `sink` every record goes to it as it completes and the run keeps none (bounded memory)."""
+        ...
+
+
+class StepCosts(Protocol):
+    """A step-cost measurement: the table, and what it was made from (`to_dict`, for the results)."""
+
+    @property
+    def table(self) -> StepCostTable: ...
+
+    def to_dict(self) -> dict[str, Any]: ...
+
+
+class StepCostMeter(Protocol):
+    """`Capability.STEP_COSTS`: the target's step-cost table, measured on the baseline's own server."""
+
+    def step_costs(self) -> StepCosts:
+        """Measure on the baseline's server (launched if it is not up; it then serves the baseline as well)."""
         ...
 
 

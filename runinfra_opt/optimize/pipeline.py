@@ -3,13 +3,15 @@
 The phases, in order (one module each under `optimize/phases/`):
 1. `load`: the workload (bundled name or path), the models, the engine and the search space;
 2. `cost`: measure (or read from the cache) forward/prefill times of the target, each draft and each
-   early-exit sub-model, and fit the cost model;
+   early-exit sub-model, and fit the cost model (on a serving engine: the step-cost table, measured on the
+   baseline's own server, `optimize/serving.py`);
 3. `plan`: subsample requests, stratified by category, so the run fits `--budget-minutes`;
 4. `baseline`: one timed greedy pass over the planned requests (outputs and timings kept);
 5. `check_cost`: the raw cost model against the baseline pass (measured again once if a cached one is off);
 6. `profile`: one teacher-forced pass of each draft, and one target pass for every early-exit layer, over
    prompt + baseline output; then a short calibration run per speculative method;
-7. `predict`: simulate every variant's passes per request and predict TTFT and end-to-end time;
+7. `predict`: simulate every variant's passes per request and predict TTFT and end-to-end time (on a serving
+   engine also every load level, with a model of its continuous batching);
 8. `confirm`: time the top `--confirm` predicted candidates and the baseline end to end, repeated and
    interleaved, checking every output against the baseline's (`--strategy exhaustive` times every variant);
 9. `extend` (`--repeats auto`, the default): re-measure once a repeat in which the baseline drifted, then add
@@ -61,25 +63,30 @@ class Phase:
     """Runs again on resume even when finished (it opens the engine, or recomputes cheaply from recorded facts)."""
     timing: str | None = None
     """The `results.timings_s` key its wall time adds to (None: the phase times what it measures itself)."""
-    needs: frozenset[Capability] = frozenset()
-    """Engine capabilities the phase uses; on an engine without them it is skipped, with a note saying why."""
+    needs: tuple[frozenset[Capability], ...] = ()
+    """Engine capability sets the phase can work with (any one suffices: the in-process predictor's or the
+    serving engine's); on an engine with none of them it is skipped, with a note saying why."""
 
 
 PREDICTOR = frozenset({Capability.PROFILE, Capability.COST_TABLE})
+"""The in-process predictor: profiling passes and a forward-cost table."""
+SERVING_PREDICTOR = frozenset({Capability.STEP_COSTS, Capability.SERVE_LOAD})
+"""The serving-engine predictor: a step-cost table measured on the baseline's server (n-gram needs no profile)."""
+ANY_PREDICTOR = (PREDICTOR, SERVING_PREDICTOR)
 
 
 PHASES: tuple[Phase, ...] = (
     Phase("load", load.run, rerun=True, timing="load"),
-    Phase("cost", cost.run, restore=cost.restore, timing="cost", needs=PREDICTOR),
+    Phase("cost", cost.run, restore=cost.restore, timing="cost", needs=ANY_PREDICTOR),
     Phase("plan", plan.run, restore=plan.restore),
     Phase("baseline", baseline.run, timing="baseline"),
-    Phase("check_cost", cost.check, needs=PREDICTOR),
-    Phase("profile", profile.run, timing="profile", needs=PREDICTOR),
-    Phase("predict", predict.run, rerun=True, timing="predict", needs=PREDICTOR),
+    Phase("check_cost", cost.check, needs=(PREDICTOR,)),
+    Phase("profile", profile.run, timing="profile", needs=(PREDICTOR,)),
+    Phase("predict", predict.run, rerun=True, timing="predict", needs=ANY_PREDICTOR),
     Phase("confirm", confirm.run, timing="confirm"),
     Phase("extend", extend.run, timing="confirm"),
     Phase("schedule", schedule.run, timing="confirm"),
-    Phase("repredict", predict.run_after_confirm, rerun=True, timing="predict", needs=PREDICTOR),
+    Phase("repredict", predict.run_after_confirm, rerun=True, timing="predict", needs=ANY_PREDICTOR),
     Phase("decide", decide.run, rerun=True, timing="decide"),
     Phase("write", write.run, rerun=True, timing="decide"),
 )
@@ -127,9 +134,10 @@ def run_phases(state: RunState, phases: tuple[Phase, ...] = PHASES) -> None:
             if phase.restore is not None and phase.name not in state.results.phases_skipped:
                 phase.restore(state)
             continue
-        missing = phase.needs - (state.engine.capabilities if state.engine is not None else frozenset())
-        if missing:
+        has = state.engine.capabilities if state.engine is not None else frozenset()
+        if phase.needs and not any(needed <= has for needed in phase.needs):
             if phase.name not in state.results.phases_skipped:
+                missing = min((needed - has for needed in phase.needs), key=len)
                 state.results.phases_skipped[phase.name] = (
                     f"the {state.engine.name if state.engine else '(no)'} engine has no "
                     f"{', '.join(sorted(missing))} capability"

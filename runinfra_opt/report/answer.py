@@ -72,3 +72,19 @@ def timings_line(results: RunResults) -> str | None:
     parts = [f"{p} {timings[p]:.0f} s" for p in phases]
     total = timings.get("total", sum(timings[p] for p in phases))
     return f"Time: {', '.join(parts)}; total {total / 60:.1f} min"
+
+
+def launches_line(results: RunResults) -> str | None:
+    """How many servers a serving-engine run launched and what for, against the variants it decided among."""
+    launches = results.launches
+    if not launches:
+        return None
+    names = [str(launch.get("variant", "")) for launch in launches]
+    schedules = sum(1 for name in names if "-sched_" in name)
+    candidates = sum(1 for name in names if name != "baseline") - schedules
+    predicted = sum(1 for v in results.variants if v.predicted is not None and v.name != "baseline")
+    parts = [f"{names.count('baseline')} baseline", f"{candidates} candidate(s)"]
+    if schedules:
+        parts.append(f"{schedules} k schedule")
+    of = f"; {predicted} speculative variant(s) predicted from the baseline's server" if predicted else ""
+    return f"Servers: {len(launches)} launched ({', '.join(parts)}) for {len(results.variants)} variants{of}."

@@ -119,6 +119,8 @@ def render_summary(results: RunResults, console: Console) -> None:
     if manifest:
         line = manifest.text[0].upper() + manifest.text[1:]
         console.print(Text(f"{line}; full report: runinfra-opt report {results.run_id}"))
+    if servers := answer.launches_line(results):
+        console.print(Text(servers))
     if timings := answer.timings_line(results):
         console.print(Text(timings, style="dim"))
 

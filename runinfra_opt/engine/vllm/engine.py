@@ -19,14 +19,17 @@ server about 8% of its throughput here: `benchmarks/results/vllm_client_overhead
 losslessness is judged at batch 1, where every output is checked. `/metrics` is scraped before and after the
 level: its drafted and accepted tokens.
 
-Capabilities: `SERVE_LOAD` only; none of profiling, cost tables or early exit (vLLM has no early-exit
-drafting), so `optimize` times every variant (the serving-engine predictor is a later step). `step_costs()`
-measures the target's step-cost table on the baseline's server, for that predictor.
+Capabilities: `SERVE_LOAD` and `STEP_COSTS` (`step_costs()` measures the target's step-cost table on the
+baseline's server: what the serving-engine predictor, `runinfra_opt.optimize.serving`, prices simulated rounds
+with); none of profiling, forward-cost tables or early exit (vLLM has no early-exit drafting), so drafts that need
+a profile are timed, not predicted.
 """
 
 from __future__ import annotations
 
 import asyncio
+import itertools
+import secrets
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -86,7 +89,7 @@ class VllmEngine:
     """Implements `engine.protocol.Engine` on vLLM servers, one per variant at a time."""
 
     name = "vllm"
-    capabilities: frozenset[Capability] = frozenset({Capability.SERVE_LOAD})
+    capabilities: frozenset[Capability] = frozenset({Capability.SERVE_LOAD, Capability.STEP_COSTS})
     interleaves = False
 
     def __init__(
@@ -123,6 +126,8 @@ class VllmEngine:
         self._loop = asyncio.new_event_loop()
         self._client: OpenAIClient | None = None
         self._failed: dict[str, str] = {}
+        self._salt_base = secrets.token_hex(4)
+        self._levels = itertools.count()
 
     # ---- what runs ------------------------------------------------------------------------------------------
 
@@ -209,7 +214,13 @@ class VllmEngine:
         return self._loop.run_until_complete(self._client.complete(request))
 
     def _completion(
-        self, request: Request, max_tokens: int, request_id: str | None = None, *, top_logprobs: int = 2
+        self,
+        request: Request,
+        max_tokens: int,
+        request_id: str | None = None,
+        *,
+        top_logprobs: int = 2,
+        cache_salt: str | None = None,
     ) -> CompletionRequest:
         return CompletionRequest(
             request_id or request.id,
@@ -219,7 +230,15 @@ class VllmEngine:
             top_p=request.top_p,
             seed=request.seed if request.seed is not None else (0 if not request.greedy else None),
             top_logprobs=top_logprobs,
+            cache_salt=cache_salt,
         )
+
+    def _salt(self, what: str) -> str:
+        """A prefix-cache salt of its own for one timed pass (a repeat, a load level): its requests share cached
+        blocks with each other (a workload's common system prompt stays cached, as in a deployment), never with
+        an earlier pass over the same prompts on this server, which would skip their prefill and flatter TTFT
+        and throughput. Random per engine, so a resumed run's passes are cold too."""
+        return f"{self._salt_base}-{what}"
 
     # ---- the engine contract -------------------------------------------------------------------------------
 
@@ -235,7 +254,7 @@ class VllmEngine:
         if problem is not None:
             raise UserInputError(f"line {request.line}: {problem}")
         server = self._server_for(variant)
-        completion = self._completion(request, max_tokens)
+        completion = self._completion(request, max_tokens, cache_salt=self._salt(f"{variant.name}-r{repeat}"))
         before = self._scrape(server, variant)
         result = self._send(completion)
         if not result.success:
@@ -280,7 +299,8 @@ class VllmEngine:
         server = self._server_for(variant)
         if requests:
             self.warmup(requests[0], variant, max_tokens=8)
-        completions = {r.id: self._completion(r, max_tokens, top_logprobs=0) for r in requests}
+        salt = self._salt(f"{variant.name}-{level.name}-{len(self.launches)}-{next(self._levels)}")
+        completions = {r.id: self._completion(r, max_tokens, top_logprobs=0, cache_salt=salt) for r in requests}
         client = OpenAIClient(server.base_url, server.api_key, server.model_name, max_connections=None)
 
         async def measure() -> Any:

@@ -17,6 +17,7 @@ from runinfra_opt.methods import BASELINE, Variant, get_method
 from runinfra_opt.optimize import underload
 from runinfra_opt.optimize.config import OptimizeConfig
 from runinfra_opt.optimize.plan import replan_confirmation
+from runinfra_opt.optimize.serving import STEP_COSTS_KEY
 from runinfra_opt.optimize.state import WARMUP_TOKENS, RunState
 from runinfra_opt.records import compare_to_baseline, default_tie_tolerance, disqualifying
 from runinfra_opt.results import RunResults, VariantResult
@@ -52,6 +53,31 @@ def rank_predicted(results: RunResults, config: OptimizeConfig) -> list[VariantR
     return sorted(ranked, key=key)
 
 
+def _level_leaders(results: RunResults, config: OptimizeConfig) -> list[VariantResult]:
+    """The serving predictor's best speculative variant at each load level (highest predicted output tokens/s;
+    for `--priority ttft` the lowest predicted TTFT at the percentile), in level order: the candidates that could
+    win a level are measured before the batch-1 ranking fills the remaining slots."""
+    by_level: dict[str, list[tuple[float, VariantResult]]] = {}
+    for vr in results.variants:
+        if vr.name == BASELINE.name:
+            continue
+        for predicted in vr.load_predicted:
+            metrics = predicted.metrics
+            if config.priority == "ttft":
+                ttft = metrics.ttft_s.get(config.percentile)
+                score = -ttft if ttft is not None else None
+            else:
+                score = metrics.output_tokens_per_s.value if metrics.output_tokens_per_s else None
+            if score is not None:
+                by_level.setdefault(predicted.level, []).append((score, vr))
+    leaders = []
+    for candidates in by_level.values():
+        best = max(candidates, key=lambda item: (item[0], -len(item[1].name)))[1]
+        if best not in leaders:
+            leaders.append(best)
+    return leaders
+
+
 def _behaviour(vr: VariantResult) -> tuple[Any, ...]:
     """What a variant computes, per its simulation: its drafting model and every request's passes. Two
     variants with the same behaviour (e.g. prompt lookup with max match 2 and 3 finding the same candidates)
@@ -72,13 +98,15 @@ def _confirm_variants(state: RunState) -> list[Variant]:
     if plan.confirm is not None:
         return [by_name[name] for name in plan.confirm]
     config = state.config
-    if config.strategy == "exhaustive" or any(v.predicted is None for v in state.results.variants):
+    serving = STEP_COSTS_KEY in state.results.cost_model  # the serving predictor ran (`optimize.serving`)
+    unpredicted = [v for v in state.space if v.is_speculative and state.variant_result(v).predicted is None]
+    if config.strategy == "exhaustive" or (unpredicted and not serving):
         chosen = [v for v in state.space if v.is_speculative]
         repeats = plan.repeats
     else:
         ranked = []
         seen: set[tuple[Any, ...]] = set()
-        for vr in rank_predicted(state.results, config):
+        for vr in _level_leaders(state.results, config) + rank_predicted(state.results, config):
             behaviour = _behaviour(vr)
             if behaviour in seen:
                 continue  # the same passes as a better-ranked (or equally ranked, simpler) candidate
@@ -86,6 +114,8 @@ def _confirm_variants(state: RunState) -> list[Variant]:
             ranked.append(by_name[vr.name])
             if len(ranked) == config.confirm:
                 break
+        if serving:
+            ranked += unpredicted  # drafts the serving predictor cannot simulate are timed, not dropped
         base = state.baseline_records()
         baseline_s = sum(base[r.id].e2e_s for r in state.requests if r.id in base)
         candidate_s = []

@@ -6,6 +6,9 @@ that declare one (prompt lookup), fits the cost model
 and fills `state.cost` (recorded in `results.cost_model` and `<run dir>/cost_model.json`; `restore` rebuilds
 `state.cost` from there on resume).
 
+On a serving engine (`STEP_COSTS`: vllm) `cost` measures the step-cost table on the baseline's own server
+instead (`runinfra_opt.optimize.serving.measure`; that server then serves the baseline pass too).
+
 `check_cost` (after the baseline pass) compares the raw model's prediction of the baseline pass with its
 measured time and measures once again when a cached model is too slow (measured on a busy machine).
 """
@@ -26,13 +29,21 @@ probably measured on a busy machine: measure it again (once) when it came from t
 def restore(state: RunState) -> None:
     from runinfra_opt.optimize.costmodel import CostModel
 
-    state.cost = CostModel.from_dict(state.results.cost_model["fitted"])
+    if "fitted" in state.results.cost_model:  # a serving engine's step-cost table needs no state of its own
+        state.cost = CostModel.from_dict(state.results.cost_model["fitted"])
 
 
 def run(state: RunState) -> None:
-    from runinfra_opt.engine.protocol import drafters_of, searches_of
+    from runinfra_opt.engine.protocol import Capability, drafters_of, searches_of
     from runinfra_opt.optimize.costmodel import fit_cost_model
 
+    assert state.engine is not None
+    if Capability.STEP_COSTS in state.engine.capabilities:
+        from runinfra_opt.optimize.serving import measure
+
+        measure(state)
+        _write(state)
+        return
     results = state.results
     engine = state.profiling_engine()
     drafters = drafters_of(state.space)

@@ -16,8 +16,10 @@ from runinfra_opt.results import ModelInfo
 
 
 def predictive_capable(engine: Engine) -> bool:
-    """Whether the engine can feed the predictor (profiling and a cost table)."""
-    return {Capability.PROFILE, Capability.COST_TABLE} <= engine.capabilities
+    """Whether the engine can feed a predictor: the in-process one (profiling and a cost table) or the serving
+    engine's (a step-cost table on the baseline's server, and load levels)."""
+    caps = engine.capabilities
+    return {Capability.PROFILE, Capability.COST_TABLE} <= caps or {Capability.STEP_COSTS, Capability.SERVE_LOAD} <= caps
 
 
 def run(state: RunState) -> None:
@@ -90,8 +92,8 @@ def run(state: RunState) -> None:
             results.add_note(f"left out {shown}: the {engine.name} engine cannot run it ({reason})", kind="left_out")
         if not getattr(engine, "interleaves", True):
             results.add_note(
-                f"the {engine.name} engine starts one server per variant: {len(state.space)} launch(es), each "
-                "timed apart (start-up is not counted in any figure); variants are timed one after another"
+                f"the {engine.name} engine starts one server per variant it times, each timed apart (start-up is not "
+                "counted in any figure); variants are timed one after another"
             )
     if not state.resumed and not predictive_capable(engine) and config.strategy == "predictive":
         results.add_note(

@@ -26,11 +26,29 @@ if TYPE_CHECKING:  # pragma: no cover
 
 
 def run(state: RunState) -> None:
+    if _serving(state):
+        from runinfra_opt.optimize import serving
+
+        serving.predict(state)
+        return
     _predict(state)
 
 
 def run_after_confirm(state: RunState) -> None:
+    if _serving(state):
+        from runinfra_opt.optimize import serving
+
+        serving.predict(state, after_confirm=True)
+        return
     _predict(state, after_confirm=True)
+
+
+def _serving(state: RunState) -> bool:
+    """The serving-engine predictor (a step-cost table on the baseline's server) instead of the in-process one."""
+    from runinfra_opt.engine.protocol import Capability
+
+    assert state.engine is not None
+    return Capability.STEP_COSTS in state.engine.capabilities
 
 
 def _simulate(

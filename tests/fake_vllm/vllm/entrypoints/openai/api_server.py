@@ -28,6 +28,10 @@ found in the prefix cache in its first step, then 1. The prefix cache keeps full
 under the request's `cache_salt`, and recomputes at least the last prompt token, as vLLM does. Every first token
 reaches the client `overhead` seconds after its step (HTTP and detokenization, the same for every token).
 /metrics adds the cache config, the cached prompt tokens and the tokens-per-step histogram's count and sum.
+With an n-gram `--speculative-config` the table engine speculates by vLLM's rule (the project's own
+`runinfra_opt.methods.vllm_ngram.propose`, checked against vLLM's in tests/test_vllm_e2e.py): a decoding sequence
+carries 1 + proposed tokens in a step (priced as such) and emits 1 + accepted, in one streamed chunk, and the
+spec-decode counters count them (the serving predictor's tests: tests/test_optimize_vllm_predict.py).
 """
 
 import argparse
@@ -45,7 +49,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 class TableEngine:
     """FAKE_VLLM_STEP=table: one engine loop, steps priced by FAKE_VLLM_STEP_COST, a salted prefix cache."""
 
-    def __init__(self, cost):
+    def __init__(self, cost, spec=None, counters=None):
         self.fixed = float(cost.get("fixed", 0.01))
         self.per_seq = float(cost.get("per_seq", 0.002))
         self.per_token = float(cost.get("per_token", 0.001))
@@ -59,17 +63,31 @@ class TableEngine:
         self.condition = threading.Condition()
         self.frontend = threading.Lock()
         self.stats = {"steps": 0, "step_tokens": 0, "cached": 0}
+        self.spec = spec if spec and spec.get("method") == "ngram" else None
+        self.counters = counters if counters is not None else {}
         threading.Thread(target=self._loop, daemon=True).start()
 
-    def submit(self, prompt, max_tokens, salt):
-        """Queue a request; returns the queue its tokens arrive on (None after the last)."""
+    def submit(self, prompt, max_tokens, salt, output=None):
+        """Queue a request; returns the queue its chunks arrive on as (time, tokens) (None after the last)."""
         tokens = queue.Queue()
         with self.frontend:  # one frontend: requests reach the engine one after another
             time.sleep(self.admit)
             with self.condition:
-                self.waiting.append({"prompt": prompt, "max": max_tokens, "salt": salt, "out": tokens, "done": 0})
+                self.waiting.append({"prompt": prompt, "max": max_tokens, "salt": salt, "out": tokens, "done": 0,
+                                     "output": output or []})  # fmt: skip
                 self.condition.notify()
         return tokens
+
+    def _proposal(self, request):
+        """vLLM's n-gram proposal for a decoding sequence (empty without a speculative config)."""
+        if self.spec is None:
+            return []
+        from runinfra_opt.methods.vllm_ngram import propose
+
+        context = list(request["prompt"]) + list(request["output"][: request["done"]])
+        return propose(context, k=int(self.spec["num_speculative_tokens"]),
+                       prompt_lookup_min=int(self.spec.get("prompt_lookup_min", 5)),
+                       prompt_lookup_max=int(self.spec.get("prompt_lookup_max", 5)), max_model_len=2048)  # fmt: skip
 
     def _blocks(self, request, upto):
         return [(request["salt"], tuple(request["prompt"][:end])) for end in range(self.block_size, upto + 1,
@@ -94,16 +112,27 @@ class TableEngine:
                 request["new"] = len(request["prompt"]) - hits
                 self.stats["cached"] += hits
                 running.append(request)
-            new_tokens = [r["new"] if r["done"] == 0 else 1 for r in running]
+            proposals = [self._proposal(r) if r["done"] > 0 else [] for r in running]
+            new_tokens = [r["new"] if r["done"] == 0 else 1 + len(p) for r, p in zip(running, proposals, strict=True)]
             time.sleep(self._step_s(new_tokens))
             self.stats["steps"] += 1
             # as vLLM's histogram counts them: prompt tokens computed, plus one sampled per sequence
             self.stats["step_tokens"] += sum(r["new"] for r in running if r["done"] == 0) + len(running)
-            for request in running:
+            for request, proposal in zip(running, proposals, strict=True):
                 if request["done"] == 0:
                     self.cached_blocks.update(self._blocks(request, len(request["prompt"])))
-                request["done"] += 1
-                request["out"].put(time.monotonic())
+                accepted = 0
+                output = request["output"]
+                while (accepted < len(proposal) and request["done"] + accepted < len(output)
+                       and proposal[accepted] == output[request["done"] + accepted]):  # fmt: skip
+                    accepted += 1
+                if proposal:
+                    self.counters["drafts"] = self.counters.get("drafts", 0) + 1
+                    self.counters["draft_tokens"] = self.counters.get("draft_tokens", 0) + len(proposal)
+                    self.counters["accepted"] = self.counters.get("accepted", 0) + accepted
+                emitted = min(1 + accepted, request["max"] - request["done"])
+                request["done"] += emitted
+                request["out"].put((time.monotonic(), emitted))
                 if request["done"] >= request["max"]:
                     request["out"].put(None)
             running = [r for r in running if r["done"] < r["max"]]
@@ -178,7 +207,8 @@ def main():
         return k
 
     api_key = os.environ.get("VLLM_API_KEY")
-    engine = TableEngine(json.loads(os.environ.get("FAKE_VLLM_STEP_COST") or "{}")) if step_mode == "table" else None
+    table_cost = json.loads(os.environ.get("FAKE_VLLM_STEP_COST") or "{}")
+    engine = TableEngine(table_cost, spec, counters) if step_mode == "table" else None
 
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.0"
@@ -208,7 +238,7 @@ def main():
                 in_flight[0] += 1
             try:
                 if engine is not None:
-                    self._stream_steps(engine.submit(prompt, n, body.get("cache_salt")), out, body)
+                    self._stream_steps(engine.submit(prompt, n, body.get("cache_salt"), out), out, body)
                 else:
                     self._stream(out, n, k_max)
             finally:
@@ -227,17 +257,23 @@ def main():
         def _stream_steps(self, tokens, out, body):
             """One chunk per engine step of the table engine, `overhead` seconds after the step ended. Its tokens
             decode to no text (as an EOS does): only log-probs or `return_token_ids` show them."""
-            for i, ready in enumerate(iter(tokens.get, None)):
+            i = 0
+            for ready, count in iter(tokens.get, None):
                 time.sleep(max(0.0, ready + engine.overhead - time.monotonic()))
-                choice = {"index": 0, "text": "", "finish_reason": None}
+                chunk = out[i : i + count]
+                i += count
+                # A probe (return_token_ids) gets tokens that decode to no text; other requests get text, as most
+                # tokens do (under load the engine asks for neither log-probs nor ids, and counts text chunks).
+                text = "" if body.get("return_token_ids") else "x" * len(chunk)
+                choice = {"index": 0, "text": text, "finish_reason": None}
                 if body.get("logprobs"):
                     choice["logprobs"] = {
-                        "tokens": [f"token_id:{out[i]}"],
-                        "token_logprobs": [-0.1],
-                        "top_logprobs": [{f"token_id:{out[i]}": -0.1, f"token_id:{out[i] + 7}": -2.1}],
+                        "tokens": [f"token_id:{t}" for t in chunk],
+                        "token_logprobs": [-0.1] * len(chunk),
+                        "top_logprobs": [{f"token_id:{t}": -0.1, f"token_id:{t + 7}": -2.1} for t in chunk],
                     }
                 if body.get("return_token_ids"):
-                    choice["token_ids"] = [out[i]]
+                    choice["token_ids"] = chunk
                 self.wfile.write(f"data: {json.dumps({'choices': [choice]})}\n\n".encode())
                 self.wfile.flush()
 

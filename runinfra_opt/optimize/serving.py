@@ -1,0 +1,261 @@
+"""The serving-engine predictor inside `optimize` (engines with `STEP_COSTS` and `SERVE_LOAD`: vllm).
+
+On vLLM every variant costs a server launch (~2 minutes here) before its first request, so instead of timing a
+grid, `optimize` predicts every variant from the baseline's server alone and launches only the best few:
+
+- `measure` (phase `cost`): the target's step-cost table on the baseline's own server, launched as the manifest
+  serves it (`runinfra_opt.engine.vllm.stepcost`); the same server then serves the baseline pass.
+- `predict` (phases `predict` and `repredict`): every variant's passes per request, simulated exactly from the
+  baseline's greedy output ids (`methods.vllm_ngram.simulate`: vLLM's own proposer rule, checked against the
+  server's counters), turned into time by a model of vLLM's continuous-batching scheduler over the table
+  (`runinfra_opt.load.predict`):
+  - at batch 1 (what confirmation times): overheads fitted to the baseline pass (before confirmation) or to the
+    confirmed baseline's batch-1 repeats (after), one request at a time;
+  - at every `--load` level: raw before confirmation (the ranking only needs the variants' order), and after it
+    calibrated per level on the baseline's measured run there (`load.predict.calibrate`), so every variant's
+    predicted figure at a level comes from the same stretch of measurement as the baseline's.
+- Variants whose drafter needs a profile the serving engine cannot make (draft models, EAGLE heads) get no
+  prediction and are timed (the confirm phase adds them), with a note.
+
+The decision still uses measured figures only.
+"""
+
+from __future__ import annotations
+
+from array import array
+from typing import TYPE_CHECKING, Any, cast
+
+from runinfra_opt.engine.protocol import StepCostMeter
+from runinfra_opt.methods import BASELINE, Variant, get_method
+from runinfra_opt.optimize.state import RunState
+from runinfra_opt.records import RequestRecord
+from runinfra_opt.results import PredictedLevel
+from runinfra_opt.stats import summarize_with_intervals
+
+if TYPE_CHECKING:  # pragma: no cover
+    from runinfra_opt.load import LevelRun
+    from runinfra_opt.load.predict import Calibration, RequestPasses
+    from runinfra_opt.load.stepcost import StepCostTable
+
+STEP_COSTS_KEY = "step_costs"
+"""`results.cost_model[...]`: the step-cost measurement (table, trials, rejected tries, wall time)."""
+
+
+def measure(state: RunState) -> None:
+    """Phase `cost` on a serving engine: the step-cost table on the baseline's server. When the server does not
+    allow the measurement (e.g. no prefix-cache metrics), nothing is predicted and every variant is timed, with
+    the reason in `phases_skipped` and the notes; a server that died shows again in the baseline phase."""
+    from runinfra_opt.errors import EngineError
+
+    assert state.engine is not None
+    engine = cast(StepCostMeter, state.engine)
+    state.reporter.phase("cost", None, "measuring step costs on the baseline's server")
+    try:
+        measurement = engine.step_costs()
+    except EngineError as exc:
+        reason = f"the step costs could not be measured on the baseline's server: {str(exc).splitlines()[0]}"
+        for phase in ("cost", "predict", "repredict"):
+            state.results.phases_skipped[phase] = reason
+        state.results.add_note(f"{reason}; every variant is timed", kind="left_out")
+        return
+    finally:
+        state.reporter.end_phase()
+    state.results.cost_model = {STEP_COSTS_KEY: measurement.to_dict(), "kind": "serving step costs"}
+    state.save()
+
+
+def step_table(state: RunState) -> StepCostTable:
+    from runinfra_opt.load.stepcost import StepCostTable
+
+    return StepCostTable.from_dict(state.results.cost_model[STEP_COSTS_KEY]["table"])
+
+
+def predictable(variant: Variant) -> bool:
+    """Whether the serving predictor can simulate `variant` without a profile (its proposals come from the
+    output itself: the baseline and vLLM's n-gram proposer)."""
+    return variant == BASELINE or get_method(variant.method).drafter(variant) is None
+
+
+def _passes(state: RunState, variant: Variant) -> list[RequestPasses]:
+    from runinfra_opt.load.predict import RequestPasses, passes_of
+    from runinfra_opt.methods.simulation import SimResult
+    from runinfra_opt.optimize.phases.predict import _simulate
+
+    assert state.engine is not None
+    out = []
+    for request in state.requests:
+        sim = _simulate(state, variant, request)
+        if not isinstance(sim, SimResult) or not sim.output_tokens:
+            continue  # no baseline output for it, or an expected (sampled) simulation: no passes to serve
+        prompt_tokens = len(state.engine.prompts.prompt_ids(request))
+        out.append(RequestPasses(request, prompt_tokens, passes_of(sim)))
+    return out
+
+
+def batch1_run(records: list[RequestRecord], by_id: dict[str, Any]) -> LevelRun:
+    """The baseline's measured batch-1 requests as a closed loop of one (what `calibrate` fits to): one after
+    another, each token streamed at an even pace between its first token and its end."""
+    from runinfra_opt.load import Concurrency, LevelRun, LoadRecord
+
+    out = []
+    at = 0.0
+    for index, record in enumerate(records):
+        n = record.output_tokens
+        times = [at + record.ttft_s]
+        if n > 1:
+            gap = (record.e2e_s - record.ttft_s) / (n - 1)
+            times += [at + record.ttft_s + gap * i for i in range(1, n)]
+        request = by_id.get(record.request_id)
+        out.append(
+            LoadRecord(
+                index=index, request_id=record.request_id, category=request.category if request else "",
+                planned_s=at, sent_s=at, done_s=at + record.e2e_s, success=True, ttft_s=record.ttft_s,
+                e2e_s=record.e2e_s, output_tokens=n, prompt_tokens=record.prompt_tokens,
+                chunk_s=array("d", times), chunk_tokens=array("q", [1] * len(times)),
+            )  # fmt: skip
+        )
+        at += record.e2e_s
+    return LevelRun(Concurrency(1), out, started_at=0.0, duration_s=at, peak_in_flight=1)
+
+
+def _batch1_calibration(
+    state: RunState, table: StepCostTable, passes: list[RequestPasses], after_confirm: bool
+) -> Calibration | None:
+    from runinfra_opt.load import Concurrency
+    from runinfra_opt.load.predict import calibrate
+
+    measured = state.variant_result(BASELINE).measured_requests if after_confirm else []
+    if not measured:
+        measured = list(state.baseline_records().values())
+    if not measured:
+        return None
+    by_id = state.request_by_id()
+    # Pool repeats by request: the calibration run is one pass over the requests, in plan order.
+    per_request: dict[str, list[RequestRecord]] = {}
+    for record in measured:
+        per_request.setdefault(record.request_id, []).append(record)
+    median_records = []
+    for item in passes:
+        rows = per_request.get(item.request.id)
+        if not rows:
+            continue
+        rows = sorted(rows, key=lambda r: r.e2e_s)
+        median_records.append(rows[len(rows) // 2])
+    if not median_records:
+        return None
+    kept = {r.request_id for r in median_records}
+    served = [p for p in passes if p.request.id in kept]
+    return calibrate(Concurrency(1), served, table, batch1_run(median_records, by_id))
+
+
+def _predicted_records(state: RunState, variant: Variant, run: LevelRun) -> list[RequestRecord]:
+    by_id = state.request_by_id()
+    rows = []
+    for record in sorted(run.records, key=lambda r: r.index):
+        request = by_id[record.request_id]
+        assert record.ttft_s is not None
+        assert record.e2e_s is not None
+        n = record.output_tokens
+        rows.append(
+            RequestRecord(
+                request_id=record.request_id,
+                category=request.category,
+                greedy=request.greedy,
+                prompt_tokens=record.prompt_tokens or 0,
+                output_tokens=n,
+                ttft_s=record.ttft_s,
+                e2e_s=record.e2e_s,
+                tpot_s=(record.e2e_s - record.ttft_s) / (n - 1) if n > 1 else None,
+                target_passes=len(record.chunk_tokens),
+                variant=variant.name,
+            )
+        )
+    return rows
+
+
+def predict(state: RunState, *, after_confirm: bool = False) -> None:
+    """Every predictable variant at batch 1 (`predicted_requests`, `predicted`) and at every load level
+    (`load_predicted`); see the module's docstring."""
+    from runinfra_opt.load import Concurrency, level_metrics
+    from runinfra_opt.load.predict import predict_level
+    from runinfra_opt.optimize import underload
+
+    results = state.results
+    if STEP_COSTS_KEY not in results.cost_model:
+        return
+    table = step_table(state)
+    variants = [v for v in state.space if predictable(v)]
+    passes = {v.name: _passes(state, v) for v in variants}
+    base_passes = passes.get(BASELINE.name, [])
+    if not base_passes:
+        return
+    calibration = _batch1_calibration(state, table, base_passes, after_confirm)
+    if calibration is not None:
+        results.cost_model["batch1_corrections"] = {
+            "step_s": calibration.corrections.step_s,
+            "request_s": calibration.corrections.request_s,
+            "fitted_to": "confirmed baseline repeats" if after_confirm else "baseline pass",
+        }
+    if after_confirm:
+        results.profile["ranking_predicted_tokens_per_s"] = {
+            v.name: v.predicted.tokens_per_s for v in results.variants if v.predicted is not None
+        }
+    level_runs = _baseline_level_runs(state) if after_confirm else {}
+    levels = underload.levels_of(state)
+    level_calibrations: dict[str, Calibration | None] = {}
+    for level in levels:
+        measured = level_runs.get(level.name)
+        level_calibrations[level.name] = _calibrate_level(level, base_passes, table, measured)
+    predicted_rows: dict[str, list[RequestRecord]] = {}
+    level_tps: dict[str, dict[str, float | None]] = {}
+    for variant in variants:
+        batch1 = predict_level(Concurrency(1), passes[variant.name], table, calibration=calibration)
+        predicted_rows[variant.name] = _predicted_records(state, variant, batch1.calibrated or batch1.raw)
+        out = []
+        for level in levels:
+            cal = level_calibrations[level.name]
+            prediction = predict_level(level, passes[variant.name], table, calibration=cal)
+            run = prediction.calibrated or prediction.raw
+            metrics = level_metrics([run])
+            out.append(PredictedLevel(level=level.name, metrics=metrics, calibrated=prediction.calibrated is not None))
+            tps = metrics.output_tokens_per_s
+            level_tps.setdefault(level.name, {})[variant.name] = tps.value if tps else None
+        state.variant_result(variant).load_predicted = out
+    for variant in variants:
+        vr = state.variant_result(variant)
+        vr.predicted_requests = predicted_rows[variant.name]
+        others = predicted_rows[BASELINE.name] if variant.is_speculative else None
+        vr.predicted = summarize_with_intervals(vr.predicted_requests, others) if vr.predicted_requests else None
+        for predicted in vr.load_predicted:
+            mine, theirs = level_tps[predicted.level].get(variant.name), level_tps[predicted.level].get(BASELINE.name)
+            predicted.vs_baseline = mine / theirs if mine and theirs else None
+    left = [v.name for v in state.space if not predictable(v)]
+    note = (
+        f"the serving predictor cannot simulate {', '.join(left)} without a drafter profile (the vllm engine has "
+        "none): timed instead"
+    )
+    if left and note not in [n.text for n in results.notes]:
+        results.add_note(note)
+
+
+def _calibrate_level(level: Any, base_passes: list[RequestPasses], table: StepCostTable, measured: Any) -> Any:
+    from runinfra_opt.load.predict import calibrate
+
+    if measured is None:
+        return None
+    try:
+        return calibrate(level, base_passes, table, measured)
+    except ValueError:
+        return None  # a measured run with no TTFT or throughput to fit to: the raw prediction stands
+
+
+def _baseline_level_runs(state: RunState) -> dict[str, LevelRun]:
+    from runinfra_opt.load.store import read_run
+
+    out = {}
+    for lr in state.variant_result(BASELINE).load:
+        if lr.records:
+            path = state.run_dir / lr.records
+            if path.exists():
+                out[lr.level] = read_run(path)
+    return out

@@ -1,0 +1,114 @@
+"""The serving-engine predictor through the real CLI (`optimize --engine vllm`, strategy predictive) against the
+stand-in server's table engine (tests/fake_vllm, FAKE_VLLM_STEP=table: an engine loop whose steps cost a known
+function of the tokens they carry, a prefix cache, and vLLM's n-gram rule when a speculative config is given):
+the step-cost table is measured on the baseline's server, every variant is predicted at batch 1 and at every load
+level, and only the best `--confirm` candidates get a server of their own."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+from runinfra_opt.cli.app import app
+from runinfra_opt.results import load_results
+
+COST: dict[str, Any] = {"fixed": 0.02, "per_seq": 0.004, "per_token": 0.003, "overhead": 0.01, "admit": 0.002}
+"""Steps of 20 ms + 4 ms a sequence + 3 ms a token: a verification of k drafts costs 3k ms more than a decoding
+step, so a long lookahead pays only where the drafts are accepted."""
+
+PROMPTS = [
+    "alpha beta gamma delta alpha beta gamma delta alpha beta",  # the stand-in's output cycles its prompt
+    "one two three four five six seven eight one two three four",
+    "red green blue red green blue red green blue red green",
+    "a b c d e f g h a b c d e f g h",
+]
+
+
+@pytest.fixture
+def workload(tmp_path: Path) -> Path:
+    path = tmp_path / "w.jsonl"
+    # 12 distinct prompts (no two share a cached prefix): enough for a measured window at concurrency 2
+    rows = [
+        {"id": f"r{i}", "category": "copy", "prompt": f"request {i}: {PROMPTS[i % len(PROMPTS)]}"} for i in range(12)
+    ]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def test_predictive_run_launches_only_the_baseline_and_the_confirmed_candidates(
+    runner: CliRunner,
+    fake_vllm: str,
+    tiny_models: tuple[Path, Path],
+    workload: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("FAKE_VLLM_STEP", "table")
+    monkeypatch.setenv("FAKE_VLLM_STEP_COST", json.dumps(COST))
+    run_dir = tmp_path / "run"
+    args = ["optimize", "--engine", "vllm", "--vllm-python", fake_vllm, "--target", str(tiny_models[0])]
+    args += ["--workload", str(workload), "--methods", "vllm_ngram", "--ngram-max", "3", "--lookahead", "2,4,8"]
+    args += ["--confirm", "1", "--load", "concurrency:1,2", "--max-tokens", "16", "--repeats", "2"]
+    args += ["--run-dir", str(run_dir), "--out", str(tmp_path / "m.yaml")]
+    result = runner.invoke(app, args, catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    results = load_results(run_dir / "results.json")
+    assert not {"cost", "predict", "repredict"} & set(results.phases_skipped)
+    table = results.cost_model["step_costs"]["table"]
+    assert table["batch_sizes"][0] == 1
+    assert len(table["tokens"]) > 1
+    # Predicted: every variant, at batch 1 and at both levels (the baseline too).
+    names = {v.name for v in results.variants}
+    assert names == {"baseline", "vllm_ngram-m1-n3-k2", "vllm_ngram-m1-n3-k4", "vllm_ngram-m1-n3-k8"}
+    for vr in results.variants:
+        assert vr.predicted is not None, vr.name
+        assert [p.level for p in vr.load_predicted] == ["concurrency:1", "concurrency:2"], vr.name
+        assert all(p.calibrated for p in vr.load_predicted), vr.name  # after confirmation: fitted to the baseline
+    # Launched: the baseline's server (step costs, baseline pass, its levels) and one candidate (--confirm 1).
+    launched = [launch["variant"] for launch in results.launches]
+    assert launched[0] == "baseline"
+    assert len(launched) == 2, launched
+    confirmed = [v for v in results.variants if v.confirmed and v.name != "baseline"]
+    assert [v.name for v in confirmed] == launched[1:]
+    assert "Servers: 2 launched (1 baseline, 1 candidate(s)) for 4 variants" in result.output
+    # The confirmed candidate's prediction against its measurement (the stand-in's steps are what the table
+    # measures: the prediction must land near it, at batch 1 and under load).
+    vr = confirmed[0]
+    assert vr.measured is not None
+    assert vr.predicted is not None
+    assert vr.predicted.tokens_per_s == pytest.approx(vr.measured.tokens_per_s, rel=0.25)
+    measured_levels = {lr.level: lr.metrics.output_tokens_per_s for lr in vr.load}
+    for predicted in vr.load_predicted:
+        got, want = predicted.metrics.output_tokens_per_s, measured_levels[predicted.level]
+        assert got is not None
+        assert want is not None
+        assert got.value == pytest.approx(want.value, rel=0.25), predicted.level
+    # Unconfirmed variants keep their predictions and no measurement.
+    for other in results.variants:
+        if not other.confirmed:
+            assert other.measured is None
+            assert other.load == []
+
+
+def test_without_prefix_cache_metrics_every_variant_is_timed(
+    runner: CliRunner, fake_vllm: str, tiny_models: tuple[Path, Path], workload: Path, tmp_path: Path
+) -> None:
+    # The default stand-in has no cache metrics: the step costs cannot be measured, so nothing is predicted
+    # and every variant gets a server (the reason is in the notes and in phases_skipped).
+    run_dir = tmp_path / "run"
+    args = ["optimize", "--engine", "vllm", "--vllm-python", fake_vllm, "--target", str(tiny_models[0])]
+    args += ["--workload", str(workload), "--methods", "vllm_ngram", "--ngram-max", "3", "--lookahead", "2,4"]
+    args += ["--confirm", "1", "--load", "none", "--max-tokens", "8", "--repeats", "1"]
+    args += ["--run-dir", str(run_dir), "--out", str(tmp_path / "m.yaml")]
+    result = runner.invoke(app, args, catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    results = load_results(run_dir / "results.json")
+    assert "step costs could not be measured" in results.phases_skipped["cost"]
+    assert [launch["variant"] for launch in results.launches] == [
+        "baseline", "vllm_ngram-m1-n3-k2", "vllm_ngram-m1-n3-k4"
+    ]  # fmt: skip
+    assert any("every variant is timed" in note.text for note in results.notes_of("left_out"))
