@@ -51,14 +51,10 @@ class WorkloadInfo(_Model):
     name: str
     path: str
     fingerprint: str
-    requests: int
-    """Requests in the file."""
-    used_requests: int
-    """Requests profiled/measured (after subsampling)."""
-    categories: dict[str, int] = Field(default_factory=dict)
-    """Requests used, per category."""
-    subsampled: str | None = None
-    """Why and how requests were subsampled, when they were."""
+    requests: int  # in the file
+    used_requests: int  # profiled/measured (after subsampling)
+    categories: dict[str, int] = Field(default_factory=dict)  # requests used, per category
+    subsampled: str | None = None  # why and how requests were subsampled, when they were
 
 
 class Summary(_Model):
@@ -69,21 +65,18 @@ class Summary(_Model):
     tokens_per_s_interval: Interval | None = None
     speedup: Interval | None = None
     """Ratio of tokens/s to the baseline's (paired by request and repeat)."""
-    ttft_s: dict[str, float] = Field(default_factory=dict)
-    """Percentiles p50/p90/p95/p99."""
+    ttft_s: dict[str, float] = Field(default_factory=dict)  # percentiles p50/p90/p95/p99
     tpot_s: dict[str, float] = Field(default_factory=dict)
     e2e_s: dict[str, float] = Field(default_factory=dict)
     mean_accepted_per_pass: float | None = None
     """Mean tokens accepted per target verification pass (speculative variants)."""
-    acceptance_rate: float | None = None
-    """Accepted / drafted."""
+    acceptance_rate: float | None = None  # accepted / drafted
     target_passes: int | None = None
     draft_passes: int | None = None
     output_tokens: int | None = None
     lossless: bool | None = None
     near_ties_only: bool = False
-    """Not lossless, but every differing output first differs at a numerical near-tie of the baseline's (its top
-    two candidates within the tie tolerance: reduced-precision kernels); such a variant is not disqualified."""
+    """Not lossless, but every differing output first differs at a numerical near-tie (not disqualifying)."""
 
 
 class VariantResult(_Model):
@@ -144,22 +137,20 @@ class Decision(_Model):
 
 
 class AddedRepeat(_Model):
-    """One repeat that `--repeats auto` added to the leading candidates, fixed (and saved) before it is timed."""
+    """One repeat that `--repeats auto` added to the leading candidates, fixed (and saved) before it is timed:
+    `repeat`, the index its records carry (after the planned ones); `variants`, timed in it, the baseline first."""
 
     repeat: int
-    """The repeat index its records carry (after the planned ones)."""
     variants: list[str]
-    """The variants timed in it, the baseline first."""
     why: str
 
 
 class Plan(_Model):
-    """What the run measures, fixed once planned so that a resume measures the same."""
+    """What the run measures, fixed once planned so that a resume measures the same: `request_ids`, the planned
+    requests (after subsampling) in file order; `repeats`, timed repeats per request in confirmation."""
 
     request_ids: list[str]
-    """The planned requests (after subsampling), in file order."""
     repeats: int
-    """Timed repeats per request in confirmation."""
     estimate_s: float
     budget_s: float
     max_tokens: int
@@ -169,8 +160,7 @@ class Plan(_Model):
     """Repeats added to the leading candidates by `--repeats auto` until the decision was clear."""
     remeasured: list[int] = Field(default_factory=list)
     """Confirmation repeats timed again (every confirmed variant) because the baseline drifted in them."""
-    drift_checked: bool = False
-    """Whether the baseline's drift over the confirmation repeats has been checked (once per run)."""
+    drift_checked: bool = False  # the baseline's drift over the confirmation repeats was checked (once per run)
 
 
 class Certainty(_Model):
@@ -306,16 +296,14 @@ class LevelResult(_Model):
 
 
 class PredictedLevel(_Model):
-    """One variant predicted under one load level (the serving-engine predictor: simulated rounds, the baseline
-    server's step-cost table, and, once the baseline was measured there, overheads fitted to it)."""
+    """One variant predicted under one load level by the serving-engine predictor (`optimize.serving`): `metrics`
+    as `level_metrics` measures a real run; `calibrated`: overheads fitted to the baseline's measured run there;
+    `vs_baseline`: predicted tokens/s over the baseline's predicted tokens/s."""
 
     level: str
     metrics: LevelMetrics
-    """The figures of the predicted run, as `level_metrics` measures a real one."""
     calibrated: bool
-    """Overheads fitted to the baseline's measured run at this level (else the raw table)."""
     vs_baseline: float | None = None
-    """Predicted output tokens/s over the baseline's predicted output tokens/s at this level."""
 
 
 class LevelDecision(_Model):
