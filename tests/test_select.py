@@ -260,3 +260,28 @@ def test_unknown_priority_and_missing_baseline_are_user_errors() -> None:
     empty = RunResults(run_id="t", created_at="x", variants=[])
     with pytest.raises(UserInputError, match="no measured baseline"):
         decide(empty)
+
+
+def test_a_k_schedule_that_was_not_written_never_wins() -> None:
+    """Measured fastest at batch 1 (it drafts there what the fixed k 8 drafts, and noise decides), but not
+    written (it fell short of a fixed k under load): the decision goes to the best variant that may be written."""
+    from runinfra_opt.methods.k_schedule import parse_schedule, with_schedule
+    from runinfra_opt.methods.vllm_ngram import make
+    from runinfra_opt.results import KSchedule, LoadSummary
+
+    k8 = make(8, 1, 3)
+    schedule = with_schedule(k8, parse_schedule("1-2:8,3-1024:2"))
+    results = _results(_variant(k8, _records(1.5, 100, seed=2)), _variant(schedule, _records(1.55, 100, seed=3)))
+    reason = "not written: at concurrency:4 it measured 0.450x the fixed k 2 (vllm_ngram-m1-n3-k2)"
+    results.load = LoadSummary(
+        spec="concurrency:1,4",
+        levels=["concurrency:1", "concurrency:4"],
+        schedule=KSchedule(variant=schedule.name, schedule=[[1, 2, 8], [3, 1024, 2]], built_from={}, reason=reason),
+    )
+    decision = decide(results, priority="throughput")
+    assert decision.winner == k8.name
+    measured = results.variant(schedule.name)
+    assert measured is not None
+    assert measured.ruled_out == [f"k schedule {reason}"]
+    results.load.schedule.written = True  # the same figures, written: it wins
+    assert decide(results, priority="throughput").winner == schedule.name

@@ -174,6 +174,7 @@ def decide(
         baseline_result, _variant_of(baseline_result), base_records, stats.tokens_per_s(base_records), base_ttft, None
     )
 
+    schedule = results.load.schedule if results.load else None
     candidates: list[_Candidate] = []
     for result in results.variants:
         result.ruled_out = []
@@ -203,6 +204,9 @@ def decide(
                 percentile=percentile,
                 constraints=constraints,
             )
+            if schedule is not None and result.name == schedule.variant and not schedule.written:
+                # measured like any variant, but it may win only where it beat every fixed k of its family
+                result.ruled_out.append(f"k schedule {schedule.reason or 'not written'}")
             candidates.append(cand)
         elif result.predicted is not None:
             predicted_ttft = result.predicted.ttft_s.get(percentile)
