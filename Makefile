@@ -69,7 +69,7 @@ test: install browser vllm-env
 	$(BIN)/ruff check .
 	$(BIN)/mypy
 	$(BIN)/lint-imports --no-cache
-	RUNINFRA_OPT_VLLM_PYTHON="$(VLLM_PYTHON)" $(BIN)/python -m pytest -q
+	RUNINFRA_OPT_VLLM_PYTHON="$(VLLM_PYTHON)" $(BIN)/python -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder --durations 15
 
 clean:
 	rm -rf $(VENV) .runinfra .pytest_cache .mypy_cache .ruff_cache

@@ -31,9 +31,14 @@ SNAPSHOTS: dict[str, dict[str, tuple[object, ...]]] = {name: snapshot(path) for 
 GUARD_MODULE = "test_zz_isolation_guard.py"
 
 
+FIRST_MODULE = "test_vllm_e2e.py"
+"""The real vLLM servers (~10 minutes, mostly one core compiling and serving): first, so that under
+`pytest -n 2 --dist loadfile` (make test) one worker runs them while the other runs the rest."""
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Run the isolation guard last, whatever the file order or selection."""
-    items.sort(key=lambda item: item.path.name == GUARD_MODULE)
+    """The real vLLM servers' tests first, the isolation guard last, whatever the file order or selection."""
+    items.sort(key=lambda item: 0 if item.path.name == FIRST_MODULE else 2 if item.path.name == GUARD_MODULE else 1)
 
 
 def _isolate(monkeypatch: pytest.MonkeyPatch, root: Path) -> Path:

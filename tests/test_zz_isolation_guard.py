@@ -1,5 +1,6 @@
 """The guard: the test suite changed nothing under the repository's `.runinfra/` (runs, `latest`, drafts) or
-in the user's runinfra-opt cache. conftest snapshots both before any test runs and moves this test last."""
+in the user's runinfra-opt cache. conftest snapshots both before any test runs and moves this test last (under
+`pytest -n 2`, the last to start: the other worker may still be finishing its last test)."""
 
 from __future__ import annotations
 
