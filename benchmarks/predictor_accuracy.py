@@ -21,6 +21,15 @@ alone on the machine:
 
     flock /tmp/runinfra-cpu.lock .venv/bin/python benchmarks/predictor_accuracy.py \
         --workloads summarize json mixed --requests 8 --max-tokens 64
+
+`--engine vllm` checks the serving-engine predictor instead (issue 13): both strategies on vLLM over the n-gram
+space VLLM_SPACE (one server per timed variant), every variant also served under `--load` (default
+`concurrency:4`). Reported per workload: |predicted/measured - 1| of every confirmed variant at batch 1 (target
+<= 10%) and at the highest load level (<= 15%), the same over every variant of the exhaustive run, Kendall's tau,
+the servers each run launched, whether predictive picked the exhaustive winner or one within 3% of its measured
+tokens/s *inside the exhaustive run* (both measured there, minutes apart at most), and the wall-time ratio (target
+<= 0.25). No head-to-head: the two winners need a server each, so they cannot be interleaved on one; the
+exhaustive run's own measurements of both stand in for it.
 """
 
 from __future__ import annotations
@@ -36,7 +45,7 @@ from typing import Any
 
 from runinfra_opt.optimize.config import OptimizeConfig, parse_repeats
 from runinfra_opt.optimize.pipeline import run_optimize
-from runinfra_opt.report.accuracy import family_rankings, prediction_errors
+from runinfra_opt.report.accuracy import family_rankings, level_prediction_errors, prediction_errors
 from runinfra_opt.results import Interval, RunResults
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
@@ -51,13 +60,31 @@ SPACE: dict[str, Any] = {
 exit layer at the same lookaheads, 17 variants with the baseline."""
 
 
+VLLM_SPACE: dict[str, Any] = {
+    "methods": ("vllm_ngram",),
+    "ngram_max": (1, 2, 3, 4),
+    "lookaheads": (1, 2, 4, 8),
+}
+"""vLLM's n-gram proposer with prompt_lookup_min 1 and prompt_lookup_max 1-4, at lookaheads 1-8: 16 variants,
+17 servers for the exhaustive run."""
+
+
 def _tokens_per_s(results: RunResults, name: str, kind: str) -> float | None:
     vr = results.variant(name)
     summary = getattr(vr, kind) if vr is not None else None
     return summary.tokens_per_s if summary is not None else None
 
 
+def _space(args: argparse.Namespace) -> dict[str, Any]:
+    if args.engine == "vllm":
+        return VLLM_SPACE
+    return SPACE | {"exit_layers": tuple(args.exit_layers)}
+
+
 def run_one(workload: str, strategy: str, args: argparse.Namespace, root: Path) -> tuple[RunResults, float]:
+    serving: dict[str, Any] = {}
+    if args.engine == "vllm":
+        serving = {"engine": "vllm", "vllm_python": args.vllm_python, "load": args.load}
     config = OptimizeConfig(
         priority="throughput",
         workload=workload,
@@ -73,7 +100,8 @@ def run_one(workload: str, strategy: str, args: argparse.Namespace, root: Path) 
         run_dir=str(root / f"{Path(workload).stem}-{strategy}"),
         out=str(root / f"{Path(workload).stem}-{strategy}.yaml"),
         runs_root=str(root / "runs"),
-        **(SPACE | {"exit_layers": tuple(args.exit_layers)}),
+        **serving,
+        **_space(args),
     )
     start = time.perf_counter()
     results = run_optimize(config)
@@ -155,6 +183,73 @@ def _decision_entry(results: RunResults, wall_s: float) -> dict[str, Any]:
     }
 
 
+def _highest_level(results: RunResults) -> str | None:
+    if results.load is None or not results.load.levels:
+        return None
+    concurrency = [name for name in results.load.levels if name.startswith("concurrency:")]
+    return max(concurrency, key=lambda n: int(n.split(":")[1])) if concurrency else results.load.levels[-1]
+
+
+def serving_entry(
+    predictive: RunResults, exhaustive: RunResults, predictive_s: float, exhaustive_s: float
+) -> dict[str, Any]:
+    """Issue 13's figures for one workload (see the module's docstring)."""
+    assert predictive.decision is not None
+    assert exhaustive.decision is not None
+    highest = _highest_level(exhaustive)
+    p_levels, e_levels = level_prediction_errors(predictive), level_prediction_errors(exhaustive)
+    confirmed = {v.name for v in predictive.variants if v.confirmed and v.name != "baseline"}
+    batch1 = [r for r in prediction_errors(predictive) if r["variant"] in confirmed]
+    at_highest = [r for r in p_levels if r["variant"] in confirmed and r["level"] == highest]
+    p_winner, e_winner = predictive.decision.winner, exhaustive.decision.winner
+    inside: dict[str, Any] = {}
+    for kind, level in (("batch1", None), ("highest_level", highest)):
+        def tps(name: str, level: str | None = level) -> float | None:
+            vr = exhaustive.variant(name)
+            if vr is None:
+                return None
+            if level is None:
+                return vr.measured.tokens_per_s if vr.measured else None
+            found = [lr.metrics.output_tokens_per_s for lr in vr.load if lr.level == level]
+            return found[0].value if found and found[0] is not None else None
+
+        mine, best = tps(p_winner), tps(e_winner)
+        inside[kind] = {
+            "level": level,
+            "predictive_winner_tokens_per_s": mine,
+            "exhaustive_winner_tokens_per_s": best,
+            "ratio": round(mine / best, 4) if mine and best else None,
+        }
+    e_all = [r["abs_error"] for r in prediction_errors(exhaustive) if r["variant"] != "baseline"]
+    e_high = [r["abs_error"] for r in e_levels if r["level"] == highest and r["variant"] != "baseline"]
+    return {
+        "highest_level": highest,
+        "predictive": {
+            **_decision_entry(predictive, predictive_s),
+            "servers": [launch.get("variant") for launch in predictive.launches],
+            "confirmed_batch1_errors": batch1,
+            "confirmed_highest_level_errors": at_highest,
+            "confirmed_level_errors": [r for r in p_levels if r["variant"] in confirmed],
+            "max_batch1_error": max((r["abs_error"] for r in batch1), default=None),
+            "max_highest_level_error": max((r["abs_error"] for r in at_highest), default=None),
+            "spec_overhead": predictive.cost_model.get("spec_overhead"),
+        },
+        "exhaustive": {
+            **_decision_entry(exhaustive, exhaustive_s),
+            "servers": len(exhaustive.launches),
+            "all_batch1_errors": prediction_errors(exhaustive),
+            "all_level_errors": e_levels,
+            "batch1_within_10pct": f"{sum(e <= 0.10 for e in e_all)}/{len(e_all)}",
+            "highest_level_within_15pct": f"{sum(e <= 0.15 for e in e_high)}/{len(e_high)}",
+            "family_rankings": [f.to_dict() for f in family_rankings(exhaustive)],
+            "spec_overhead": exhaustive.cost_model.get("spec_overhead"),
+        },
+        "same_winner": p_winner == e_winner,
+        "predictive_winner_inside_exhaustive": inside,
+        "wall_time_ratio": round(predictive_s / exhaustive_s, 3) if exhaustive_s else None,
+    }
+
+
 def _workload_names(values: list[str]) -> list[str]:
     return [name.strip() for value in values for name in value.split(",") if name.strip()]
 
@@ -172,6 +267,9 @@ def main() -> int:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--target", default="default")
     parser.add_argument("--exit-layers", type=int, nargs="+", default=list(SPACE["exit_layers"]))
+    parser.add_argument("--engine", choices=("transformers", "vllm"), default="transformers")
+    parser.add_argument("--load", default="concurrency:4", help="vllm: the load levels (optimize --load).")
+    parser.add_argument("--vllm-python", default=None, help="vllm: a vLLM environment's python (default: installed).")
     parser.add_argument(
         "--out", type=Path, default=RESULTS_DIR / f"predictor_accuracy-{stamp}.json", help="The report (JSON)."
     )
@@ -189,7 +287,9 @@ def main() -> int:
     root.mkdir(parents=True, exist_ok=True)
     report: dict[str, Any] = {
         "started": stamp,
-        "space": {k: list(v) for k, v in SPACE.items()},
+        "engine": args.engine,
+        "load": args.load if args.engine == "vllm" else None,
+        "space": {k: list(v) for k, v in _space(args).items()},
         "requests_per_workload": args.requests,
         "max_tokens": args.max_tokens,
         "repeats": args.repeats,
@@ -204,6 +304,8 @@ def main() -> int:
         "run_root": str(root),
         "cache": os.environ.get("RUNINFRA_OPT_CACHE"),
     }
+    if args.engine == "vllm":
+        return _main_vllm(args, report, root)
     # Measure the cost model once, outside both timings, so neither strategy pays for it (it is cached).
     import torch
 
@@ -269,6 +371,36 @@ def main() -> int:
             f"{entry['exhaustive']['within_10pct']} (mean {entry['exhaustive']['mean_abs_error']}, max "
             f"{entry['exhaustive']['max_abs_error']}); Kendall tau within method: {taus}; confirmed max error "
             f"{entry['predictive']['max_abs_error']}"
+        )
+    print(f"report: {args.out}; run directories: {root}")
+    return 0
+
+
+def _main_vllm(args: argparse.Namespace, report: dict[str, Any], root: Path) -> int:
+    """Both strategies on vLLM per workload (the step costs are measured inside each run: they are part of what
+    predictive costs)."""
+    for workload in _workload_names(args.workloads):
+        predictive, predictive_s = run_one(workload, "predictive", args, root)
+        exhaustive, exhaustive_s = run_one(workload, "exhaustive", args, root)
+        entry = serving_entry(predictive, exhaustive, predictive_s, exhaustive_s)
+        entry["requests"] = predictive.workload.used_requests if predictive.workload else None
+        report["workloads"][workload] = entry
+        print(json.dumps({workload: entry}, indent=1), flush=True)
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(report, indent=1), encoding="utf-8")
+    report["load_average_at_end"] = os.getloadavg()
+    args.out.write_text(json.dumps(report, indent=1), encoding="utf-8")
+    print("\nsummary:")
+    for workload, entry in report["workloads"].items():
+        p, e, inside = entry["predictive"], entry["exhaustive"], entry["predictive_winner_inside_exhaustive"]
+        print(
+            f"  {workload}: predictive {p['winner']} ({len(p['servers'])} servers, {p['wall_s']} s), exhaustive "
+            f"{e['winner']} ({e['servers']} servers, {e['wall_s']} s), wall-time ratio {entry['wall_time_ratio']}; "
+            f"confirmed max |pred/meas-1| batch 1 {p['max_batch1_error']}, {entry['highest_level']} "
+            f"{p['max_highest_level_error']}; exhaustive batch 1 within 10% {e['batch1_within_10pct']}, "
+            f"{entry['highest_level']} within 15% {e['highest_level_within_15pct']}; predictive winner inside the "
+            f"exhaustive run: {inside['batch1']['ratio']} (batch 1), {inside['highest_level']['ratio']} "
+            f"({entry['highest_level']})"
         )
     print(f"report: {args.out}; run directories: {root}")
     return 0

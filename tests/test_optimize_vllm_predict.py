@@ -16,9 +16,15 @@ from typer.testing import CliRunner
 from runinfra_opt.cli.app import app
 from runinfra_opt.results import load_results
 
-COST: dict[str, Any] = {"fixed": 0.02, "per_seq": 0.004, "per_token": 0.003, "overhead": 0.01, "admit": 0.002}
+COST: dict[str, Any] = {
+    "fixed": 0.02, "per_seq": 0.004, "per_token": 0.003, "overhead": 0.01, "admit": 0.002,
+    "spec_step": 0.006, "spec_token": 0.002, "bulk_after": 16, "bulk_token": 0.001,
+}  # fmt: skip
 """Steps of 20 ms + 4 ms a sequence + 3 ms a token: a verification of k drafts costs 3k ms more than a decoding
-step, so a long lookahead pays only where the drafts are accepted."""
+step, so a long lookahead pays only where the drafts are accepted. A speculating server's steps cost 6 ms more,
+and 2 ms more per drafted token, which the baseline's step-cost table cannot see (as on a real server). A prompt's
+tokens past its 16th cost 1 ms each (the step-cost measurement's blockers and prefills stay shortish: 0.3 s for
+the first blocker, which must outlast 8 probes' admission on a loaded machine)."""
 
 PROMPTS = [
     "alpha beta gamma delta alpha beta gamma delta alpha beta",  # the stand-in's output cycles its prompt
@@ -52,7 +58,7 @@ def test_predictive_run_launches_only_the_baseline_and_the_confirmed_candidates(
     run_dir = tmp_path / "run"
     args = ["optimize", "--engine", "vllm", "--vllm-python", fake_vllm, "--target", str(tiny_models[0])]
     args += ["--workload", str(workload), "--methods", "vllm_ngram", "--ngram-max", "3", "--lookahead", "2,4,8"]
-    args += ["--confirm", "1", "--load", "concurrency:1,2", "--max-tokens", "16", "--repeats", "2"]
+    args += ["--confirm", "2", "--load", "concurrency:1,2", "--max-tokens", "16", "--repeats", "2"]
     args += ["--run-dir", str(run_dir), "--out", str(tmp_path / "m.yaml")]
     result = runner.invoke(app, args, catch_exceptions=False)
     assert result.exit_code == 0, result.output
@@ -62,31 +68,48 @@ def test_predictive_run_launches_only_the_baseline_and_the_confirmed_candidates(
     assert table["batch_sizes"][0] == 1
     assert len(table["tokens"]) > 1
     # Predicted: every variant, at batch 1 and at both levels (the baseline too).
+    grid = {"baseline", "vllm_ngram-m1-n3-k2", "vllm_ngram-m1-n3-k4", "vllm_ngram-m1-n3-k8"}
     names = {v.name for v in results.variants}
-    assert names == {"baseline", "vllm_ngram-m1-n3-k2", "vllm_ngram-m1-n3-k4", "vllm_ngram-m1-n3-k8"}
+    schedules = names - grid  # a k schedule, when the levels' leaders differ (launched after confirmation)
+    assert grid <= names, names
+    assert all("-sched_" in name for name in schedules), names
     for vr in results.variants:
         assert vr.predicted is not None, vr.name
         assert [p.level for p in vr.load_predicted] == ["concurrency:1", "concurrency:2"], vr.name
         assert all(p.calibrated for p in vr.load_predicted), vr.name  # after confirmation: fitted to the baseline
-    # Launched: the baseline's server (step costs, baseline pass, its levels) and one candidate (--confirm 1).
+    # Launched: the baseline's server (step costs, baseline pass, its levels) and two candidates (--confirm 2).
     launched = [launch["variant"] for launch in results.launches]
     assert launched[0] == "baseline"
-    assert len(launched) == 2, launched
-    confirmed = [v for v in results.variants if v.confirmed and v.name != "baseline"]
-    assert [v.name for v in confirmed] == launched[1:]
-    assert "Servers: 2 launched (1 baseline, 1 candidate(s)) for 4 variants" in result.output
-    # The confirmed candidate's prediction against its measurement (the stand-in's steps are what the table
-    # measures: the prediction must land near it, at batch 1 and under load).
-    vr = confirmed[0]
-    assert vr.measured is not None
-    assert vr.predicted is not None
-    assert vr.predicted.tokens_per_s == pytest.approx(vr.measured.tokens_per_s, rel=0.25)
-    measured_levels = {lr.level: lr.metrics.output_tokens_per_s for lr in vr.load}
-    for predicted in vr.load_predicted:
-        got, want = predicted.metrics.output_tokens_per_s, measured_levels[predicted.level]
-        assert got is not None
-        assert want is not None
-        assert got.value == pytest.approx(want.value, rel=0.25), predicted.level
+    assert len(launched) == 3 + len(schedules), launched
+    confirmed = [v for v in results.variants if v.confirmed and v.name in grid - {"baseline"}]
+    assert sorted(v.name for v in confirmed) == sorted(set(launched[1:]) - schedules)
+    extra = f", {len(schedules)} k schedule" if schedules else ""
+    assert f"Servers: {len(launched)} launched (1 baseline, 2 candidate(s){extra}) for {len(names)} variants" in (
+        " ".join(result.output.split())
+    )
+    # The speculative step terms: each timed variant's are fitted on the other timed ones only (held out), the
+    # untimed variant's on all of them; they find at least the stand-in's known extra cost (6 ms a step, 2 ms a
+    # drafted token: 22 ms a k8 step; its proposer, run in Python every step, adds some more of its own).
+    terms = results.cost_model["spec_overhead"]
+    timed = sorted({v.name for v in confirmed} | schedules)
+    assert sorted(terms["held_out"]) == timed
+    for name in timed:
+        assert terms["held_out"][name]["fitted_on"] == [other for other in timed if other != name]
+    assert terms["all"]["fitted_on"] == timed
+    k8_step_extra = terms["all"]["step_s"] + 8 * terms["all"]["drafted_token_s"]
+    assert k8_step_extra >= 0.8 * (0.006 + 8 * 0.002)
+    # Each confirmed candidate's prediction (with terms it was not fitted on) against its measurement, at
+    # batch 1 and under load.
+    for vr in confirmed:
+        assert vr.measured is not None
+        assert vr.predicted is not None
+        assert vr.predicted.tokens_per_s == pytest.approx(vr.measured.tokens_per_s, rel=0.15), vr.name
+        measured_levels = {lr.level: lr.metrics.output_tokens_per_s for lr in vr.load}
+        for predicted in vr.load_predicted:
+            got, want = predicted.metrics.output_tokens_per_s, measured_levels[predicted.level]
+            assert got is not None
+            assert want is not None
+            assert got.value == pytest.approx(want.value, rel=0.2), (vr.name, predicted.level)
     # Unconfirmed variants keep their predictions and no measurement.
     for other in results.variants:
         if not other.confirmed:

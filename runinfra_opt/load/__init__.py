@@ -12,6 +12,8 @@ serving metrics per load level.
   each request's simulated passes (`RequestPasses`) and a step-cost table (`stepcost.StepCostTable`), without a
   server; `calibrate(level, baseline, table, measured_runs)` fits per-level corrections on the baseline's run and
   `predict_level(..., calibration=...)` applies them to a variant (raw and calibrated runs).
+- `overhead`: what a speculating server's steps cost beyond the table (`SpecOverhead`), fitted on the timed
+  speculative variants and held out of each one's own prediction (`fit`, `leave_one_out`).
 
 Library pieces for the HTTP serving engine (`runinfra_opt.engine.vllm`), which supplies `send` (its async
 client); nothing here imports an engine, numpy or pandas at module level.

@@ -24,7 +24,8 @@ The scheduler model follows vLLM 0.32's V1 scheduler (`vllm/v1/core/sched/schedu
 - Chunked prefill (on by default): a prompt longer than the budget left is split; the rest runs in the next
   steps, ahead of newer requests. A request emits its first token at the end of the step that finishes its
   prompt and decodes from the next step.
-- Step time = decode part + prefill part + `Corrections.step_s`. Decode part: `table.step_s(B, mean tokens)`
+- Step time = decode part + prefill part + `Corrections.step_s` (+ a speculating server's `SpecOverhead`).
+  Decode part: `table.step_s(B, mean tokens)`
   over the B decoding sequences. vLLM runs a step's tokens as one flattened batch, with no padding to the
   longest sequence on the CPU backend (no CUDA graphs), so its cost follows the step's total tokens: B
   sequences of the mean carry that total. The max would charge padding that vLLM does not do. Prefill part:
@@ -58,6 +59,8 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from runinfra_opt.load.metrics import WARMUP_FRACTION, measured_window
+from runinfra_opt.load.overhead import NONE as NO_OVERHEAD
+from runinfra_opt.load.overhead import SpecOverhead
 from runinfra_opt.load.runner import LevelRun, LoadRecord
 from runinfra_opt.load.schedule import Planned, plan
 from runinfra_opt.load.spec import Concurrency, LoadLevel
@@ -179,8 +182,10 @@ def predict_run(
     *,
     limits: SchedulerLimits = VLLM_CPU_SERVER,
     corrections: Corrections = Corrections(),
+    overhead: SpecOverhead = NO_OVERHEAD,
 ) -> LevelRun:
-    """The run of `requests` under `level` as the modelled scheduler serves it (see the module's docstring)."""
+    """The run of `requests` under `level` as the modelled scheduler serves it (see the module's docstring);
+    `overhead`: what a speculative server adds to every step (`runinfra_opt.load.overhead`)."""
     if corrections.request_s < 0:
         raise ValueError("a request's overhead cannot be negative (it would reach the engine before its send)")
     by_request: dict[int, deque[RequestPasses]] = {}
@@ -262,6 +267,7 @@ def predict_run(
         if prefill_tokens:
             prefill = table.prefill_s(prefill_tokens)
             seconds = seconds + max(prefill - one_token_step, 0.0) if decoding else prefill
+        seconds += overhead.step_extra_s(carried - len(decoding))
         now += max(seconds + corrections.step_s, 0.0)
         finished: list[_Sequence] = []
         for sequence in decoding:
@@ -478,13 +484,16 @@ def predict_level(
     *,
     calibration: Calibration | None = None,
     limits: SchedulerLimits = VLLM_CPU_SERVER,
+    overhead: SpecOverhead = NO_OVERHEAD,
 ) -> Prediction:
     """The raw prediction of `requests` under `level` and, with the baseline's `calibration` at that level,
-    the calibrated one (both are `LevelRun`s for `level_metrics`)."""
-    raw = predict_run(level, requests, table, limits=limits)
+    the calibrated one (both are `LevelRun`s for `level_metrics`); `overhead` is added to both."""
+    raw = predict_run(level, requests, table, limits=limits, overhead=overhead)
     if calibration is None:
         return Prediction(level, raw)
     if calibration.level != level:
         raise ValueError(f"a calibration at {calibration.level.name} cannot correct a prediction at {level.name}")
-    calibrated = predict_run(level, requests, table, limits=limits, corrections=calibration.corrections)
+    calibrated = predict_run(
+        level, requests, table, limits=limits, corrections=calibration.corrections, overhead=overhead
+    )
     return Prediction(level, raw, calibrated, calibration.corrections, list(calibration.notes))

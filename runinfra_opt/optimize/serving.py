@@ -26,6 +26,7 @@ from array import array
 from typing import TYPE_CHECKING, Any, cast
 
 from runinfra_opt.engine.protocol import StepCostMeter
+from runinfra_opt.load.overhead import NONE as NO_OVERHEAD
 from runinfra_opt.methods import BASELINE, Variant, get_method
 from runinfra_opt.optimize.state import RunState
 from runinfra_opt.records import RequestRecord
@@ -34,6 +35,7 @@ from runinfra_opt.stats import summarize_with_intervals
 
 if TYPE_CHECKING:  # pragma: no cover
     from runinfra_opt.load import LevelRun
+    from runinfra_opt.load.overhead import SpecOverhead
     from runinfra_opt.load.predict import Calibration, RequestPasses
     from runinfra_opt.load.stepcost import StepCostTable
 
@@ -206,15 +208,17 @@ def predict(state: RunState, *, after_confirm: bool = False) -> None:
     for level in levels:
         measured = level_runs.get(level.name)
         level_calibrations[level.name] = _calibrate_level(level, base_passes, table, measured)
+    overheads = _spec_overheads(state, table, passes, calibration, variants) if after_confirm else {}
     predicted_rows: dict[str, list[RequestRecord]] = {}
     level_tps: dict[str, dict[str, float | None]] = {}
     for variant in variants:
-        batch1 = predict_level(Concurrency(1), passes[variant.name], table, calibration=calibration)
+        overhead = overheads.get(variant.name, NO_OVERHEAD)
+        batch1 = predict_level(Concurrency(1), passes[variant.name], table, calibration=calibration, overhead=overhead)
         predicted_rows[variant.name] = _predicted_records(state, variant, batch1.calibrated or batch1.raw)
         out = []
         for level in levels:
             cal = level_calibrations[level.name]
-            prediction = predict_level(level, passes[variant.name], table, calibration=cal)
+            prediction = predict_level(level, passes[variant.name], table, calibration=cal, overhead=overhead)
             run = prediction.calibrated or prediction.raw
             metrics = level_metrics([run])
             out.append(PredictedLevel(level=level.name, metrics=metrics, calibrated=prediction.calibrated is not None))
@@ -236,6 +240,64 @@ def predict(state: RunState, *, after_confirm: bool = False) -> None:
     )
     if left and note not in [n.text for n in results.notes]:
         results.add_note(note)
+
+
+SPEC_OVERHEAD_KEY = "spec_overhead"
+"""`results.cost_model[...]`: the speculative step terms fitted on the confirmed variants (`load.overhead`)."""
+
+
+def _spec_overheads(
+    state: RunState,
+    table: StepCostTable,
+    passes: dict[str, list[RequestPasses]],
+    calibration: Calibration | None,
+    variants: list[Variant],
+) -> dict[str, SpecOverhead]:
+    """The speculative step terms per variant (`runinfra_opt.load.overhead`): for a timed variant, fitted on the
+    other timed variants' batch-1 requests (held out); for an untimed one, on all of them. Recorded in
+    `results.cost_model[SPEC_OVERHEAD_KEY]`."""
+    from runinfra_opt.load import Concurrency
+    from runinfra_opt.load.overhead import Sample, fit, leave_one_out, median_by_request
+    from runinfra_opt.load.predict import predict_level
+
+    samples: list[Sample] = []
+    timed: list[str] = []
+    for variant in variants:
+        measured = state.variant_result(variant).measured_requests if variant.is_speculative else []
+        if not measured:
+            continue
+        e2e: dict[str, list[float]] = {}
+        for record in measured:
+            e2e.setdefault(record.request_id, []).append(record.e2e_s)
+        prediction = predict_level(Concurrency(1), passes[variant.name], table, calibration=calibration)
+        predicted = {r.request_id: r.e2e_s for r in (prediction.calibrated or prediction.raw).records}
+        items = {item.request.id: item for item in passes[variant.name]}
+        for request_id, seconds in median_by_request(e2e).items():
+            item, before = items.get(request_id), predicted.get(request_id)
+            if item is None or before is None:
+                continue
+            drafted = sum(carried - 1 for carried, _ in item.passes)
+            samples.append(Sample(variant.name, seconds - before, 1 + len(item.passes), drafted))
+        timed.append(variant.name)
+    if not timed:
+        return {}
+    pooled = fit(samples)
+    held_out = leave_one_out(samples, timed)
+    out = {v.name: held_out.get(v.name, pooled) for v in variants if v.is_speculative}
+    state.results.cost_model[SPEC_OVERHEAD_KEY] = {
+        "all": pooled.to_dict(),
+        "held_out": {name: terms.to_dict() for name, terms in held_out.items()},
+        "method": "least squares over timed speculative variants' batch-1 requests; a timed variant's own "
+        "prediction uses the terms fitted on the others",
+    }
+    if len(timed) == 1:
+        note = (
+            f"only one speculative variant was timed ({timed[0]}): its prediction has no speculative step terms "
+            "(they are fitted on the other timed variants); the untimed variants use the terms fitted on it"
+        )
+        if note not in [n.text for n in state.results.notes]:
+            state.results.add_note(note)
+    return out
 
 
 def _calibrate_level(level: Any, base_passes: list[RequestPasses], table: StepCostTable, measured: Any) -> Any:

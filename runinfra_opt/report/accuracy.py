@@ -45,6 +45,29 @@ def prediction_errors(results: RunResults) -> list[dict[str, Any]]:
     return rows
 
 
+def level_prediction_errors(results: RunResults) -> list[dict[str, Any]]:
+    """Every variant both predicted and measured under load (a serving engine): per level, predicted and
+    measured output tokens/s and |predicted/measured - 1| (the prediction after `repredict`: calibrated on the
+    baseline's own run at that level)."""
+    rows = []
+    for vr in results.variants:
+        measured = {lr.level: lr.metrics.output_tokens_per_s for lr in vr.load}
+        for predicted in vr.load_predicted:
+            got, want = predicted.metrics.output_tokens_per_s, measured.get(predicted.level)
+            if got is None or want is None or want.value <= 0:
+                continue
+            rows.append(
+                {
+                    "variant": vr.name,
+                    "level": predicted.level,
+                    "predicted_tokens_per_s": round(got.value, 2),
+                    "measured_tokens_per_s": round(want.value, 2),
+                    "abs_error": round(abs(got.value / want.value - 1.0), 4),
+                }
+            )
+    return rows
+
+
 def kendall_tau(predicted: Sequence[float], measured: Sequence[float]) -> float | None:
     """Kendall's tau-b between two orders (None with fewer than 2 items or a constant side)."""
     if len(predicted) < 2:

@@ -23,7 +23,8 @@ schedule and always drafts `num_speculative_tokens` (a schedule that measures wo
 FAKE_VLLM_STEP=table runs an engine loop like vLLM's (tests/test_vllm_stepcost.py): requests admitted by one
 "frontend" (`admit` seconds each, one at a time) wait for the running step to end and are scheduled together in
 the next; a step over sequences carrying n_1..n_B new tokens takes `fixed + sum(per_seq + per_token * n_i +
-bump[n_i])` seconds (FAKE_VLLM_STEP_COST, JSON, known to the test), each sequence carrying its prompt tokens not
+bump[n_i])` seconds (FAKE_VLLM_STEP_COST, JSON, known to the test; with `bulk_after`, a sequence's tokens beyond
+that many cost `bulk_token` each: a long prompt is cheap per token), each sequence carrying its prompt tokens not
 found in the prefix cache in its first step, then 1. The prefix cache keeps full blocks of `block_size` tokens
 under the request's `cache_salt`, and recomputes at least the last prompt token, as vLLM does. Every first token
 reaches the client `overhead` seconds after its step (HTTP and detokenization, the same for every token).
@@ -31,7 +32,9 @@ reaches the client `overhead` seconds after its step (HTTP and detokenization, t
 With an n-gram `--speculative-config` the table engine speculates by vLLM's rule (the project's own
 `runinfra_opt.methods.vllm_ngram.propose`, checked against vLLM's in tests/test_vllm_e2e.py): a decoding sequence
 carries 1 + proposed tokens in a step (priced as such) and emits 1 + accepted, in one streamed chunk, and the
-spec-decode counters count them (the serving predictor's tests: tests/test_optimize_vllm_predict.py).
+spec-decode counters count them (the serving predictor's tests: tests/test_optimize_vllm_predict.py). A
+speculating engine's every step costs `spec_step` more, and `spec_token` more per drafted token (the proposer and
+the drafted positions' logits, which the baseline's probes cannot see).
 """
 
 import argparse
@@ -56,6 +59,10 @@ class TableEngine:
         self.bump = {int(n): float(s) for n, s in (cost.get("bump") or {}).items()}
         self.overhead = float(cost.get("overhead", 0.015))
         self.admit = float(cost.get("admit", 0.002))
+        self.spec_step = float(cost.get("spec_step", 0.0))
+        self.bulk_after = int(cost.get("bulk_after", 1 << 30))
+        self.bulk_token = float(cost.get("bulk_token", self.per_token))
+        self.spec_token = float(cost.get("spec_token", 0.0))
         self.block_size = int(cost.get("block_size", 32))
         self.prefix_caching = bool(cost.get("prefix_caching", True))
         self.cached_blocks = set()
@@ -93,8 +100,11 @@ class TableEngine:
         return [(request["salt"], tuple(request["prompt"][:end])) for end in range(self.block_size, upto + 1,
                 self.block_size)]  # fmt: skip
 
+    def _token_s(self, n):
+        return self.per_token * min(n, self.bulk_after) + self.bulk_token * max(n - self.bulk_after, 0)
+
     def _step_s(self, new_tokens):
-        return self.fixed + sum(self.per_seq + self.per_token * n + self.bump.get(n, 0.0) for n in new_tokens)
+        return self.fixed + sum(self.per_seq + self._token_s(n) + self.bump.get(n, 0.0) for n in new_tokens)
 
     def _loop(self):
         running = []
@@ -114,7 +124,8 @@ class TableEngine:
                 running.append(request)
             proposals = [self._proposal(r) if r["done"] > 0 else [] for r in running]
             new_tokens = [r["new"] if r["done"] == 0 else 1 + len(p) for r, p in zip(running, proposals, strict=True)]
-            time.sleep(self._step_s(new_tokens))
+            extra = self.spec_step + self.spec_token * sum(map(len, proposals)) if self.spec else 0.0
+            time.sleep(self._step_s(new_tokens) + extra)
             self.stats["steps"] += 1
             # as vLLM's histogram counts them: prompt tokens computed, plus one sampled per sequence
             self.stats["step_tokens"] += sum(r["new"] for r in running if r["done"] == 0) + len(running)

@@ -1,0 +1,110 @@
+"""What a speculative server's steps cost beyond the step-cost table: fitted on confirmed variants, held out.
+
+The step-cost table (`runinfra_opt.load.stepcost`) is measured on the baseline's server with prefix-cache probes
+that sample one position per sequence. A server that speculates does more in every step: its proposer runs after
+sampling (vLLM's n-gram search, even in a step that verified nothing), and a verification computes logits at every
+drafted position, not one. Measured against real n-gram servers here, those steps cost 1.06-1.23x the table's
+when nothing was drafted and 1.17-1.19x with 2 or 8 drafts at batch 1 (`benchmarks/results/vllm_step_costs-*`).
+The baseline's timings cannot show either cost (it drafts nothing), so the serving predictor fits two terms on
+the speculative variants that confirmation timed:
+
+    extra seconds of one step = step_s + drafted_token_s x (tokens drafted in that step, over its sequences)
+
+At batch 1 a request's measured end-to-end time minus its prediction without them is then
+`step_s x steps + drafted_token_s x drafted` (steps: the prefill and every verification; drafted: the simulated
+proposals, exact for n-gram), one equation per request; `fit` solves them by least squares with both terms
+>= 0 (a term that would come out negative is dropped and the other refitted alone).
+
+Held out: the figure predicted for a confirmed variant uses the terms fitted on the *other* confirmed variants
+only (`leave_one_out`), so what the results show next to its measurement is a prediction, not a fit of itself;
+a variant that was not timed uses the terms fitted on all of them. With a single confirmed speculative variant
+its own prediction gets no terms (nothing else to fit on), and says so.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class SpecOverhead:
+    """Per-step and per-drafted-token seconds a speculative server adds to the table's steps (zero: none)."""
+
+    step_s: float = 0.0
+    drafted_token_s: float = 0.0
+    fitted_on: tuple[str, ...] = ()
+    """The variants whose timings these terms were fitted on (empty: not fitted)."""
+    requests: int = 0
+    """How many (variant, request) equations the fit used."""
+
+    def __post_init__(self) -> None:
+        if self.step_s < 0 or self.drafted_token_s < 0:
+            raise ValueError("a speculative overhead term cannot be negative")
+
+    def step_extra_s(self, drafted_tokens: int) -> float:
+        return self.step_s + self.drafted_token_s * drafted_tokens
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "step_s": self.step_s,
+            "drafted_token_s": self.drafted_token_s,
+            "fitted_on": list(self.fitted_on),
+            "requests": self.requests,
+        }
+
+
+NONE = SpecOverhead()
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One request of one timed speculative variant at batch 1."""
+
+    variant: str
+    residual_s: float
+    """Measured end-to-end time minus the prediction without speculative terms (median over repeats)."""
+    steps: int
+    """Engine steps the request took: the prefill plus every verification."""
+    drafted: int
+    """Tokens proposed over the request."""
+
+
+def fit(samples: Sequence[Sample]) -> SpecOverhead:
+    """Least squares of residual = step_s x steps + drafted_token_s x drafted, both terms >= 0."""
+    if not samples:
+        return NONE
+    names = tuple(sorted({s.variant for s in samples}))
+    sxx = sum(s.steps * s.steps for s in samples)
+    syy = sum(s.drafted * s.drafted for s in samples)
+    sxy = sum(s.steps * s.drafted for s in samples)
+    rx = sum(s.residual_s * s.steps for s in samples)
+    ry = sum(s.residual_s * s.drafted for s in samples)
+    det = sxx * syy - sxy * sxy
+    candidates: list[tuple[float, float]] = []
+    if det > 1e-9 * max(sxx * syy, 1.0):
+        a, b = (rx * syy - ry * sxy) / det, (ry * sxx - rx * sxy) / det
+        if a >= 0 and b >= 0:
+            candidates.append((a, b))
+    if not candidates:  # one term alone (the other would be negative, or the two cannot be told apart)
+        only_steps = (max(rx / sxx, 0.0), 0.0) if sxx else (0.0, 0.0)
+        only_drafts = (0.0, max(ry / syy, 0.0)) if syy else (0.0, 0.0)
+        candidates += [only_steps, only_drafts]
+
+    def error(terms: tuple[float, float]) -> float:
+        a, b = terms
+        return sum((s.residual_s - a * s.steps - b * s.drafted) ** 2 for s in samples)
+
+    a, b = min(candidates, key=error)
+    return SpecOverhead(a, b, names, len(samples))
+
+
+def leave_one_out(samples: Sequence[Sample], variants: Sequence[str]) -> dict[str, SpecOverhead]:
+    """For each of `variants`: the terms fitted on every sample of the other variants (see the module)."""
+    return {name: fit([s for s in samples if s.variant != name]) for name in variants}
+
+
+def median_by_request(values: Mapping[str, Sequence[float]]) -> dict[str, float]:
+    """Each request's median over its repeats (the fit's measured side)."""
+    return {request: statistics.median(v) for request, v in values.items() if v}

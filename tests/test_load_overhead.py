@@ -1,0 +1,89 @@
+"""The speculative step terms (`runinfra_opt.load.overhead`): the fit recovers known terms from requests that a
+server with those terms served (the predictor itself plays that server), keeps both terms >= 0, holds each
+variant out of its own fit, and the predictor charges them per step and per drafted token."""
+
+from __future__ import annotations
+
+import pytest
+
+from runinfra_opt.load import Concurrency
+from runinfra_opt.load.overhead import Sample, SpecOverhead, fit, leave_one_out
+from runinfra_opt.load.predict import RequestPasses, predict_run
+from runinfra_opt.load.stepcost import StepCostTable
+from runinfra_opt.workload.model import Request
+
+TABLE = StepCostTable(batch_sizes=(1, 2), tokens=(1, 9), seconds=((0.030, 0.034), (0.032, 0.040)), prefill=((1, 0.05),))
+
+
+def _item(i: int, passes: tuple[tuple[int, int], ...]) -> RequestPasses:
+    request = Request(id=f"r{i}", line=i + 1, prompt="p", max_tokens=64)
+    return RequestPasses(request, 12, passes)
+
+
+def _variant(k: int, seed: int) -> list[RequestPasses]:
+    """Requests of a lookahead-k n-gram variant: some steps draft k tokens, some find nothing (carry 1)."""
+    out = []
+    for i in range(6):
+        passes = []
+        for j in range(10 + i):
+            if (i * 7 + j * 3 + seed) % 4 == 0:
+                passes.append((1, 1))  # no match: nothing drafted
+            else:
+                passes.append((k + 1, 1 + (i + j) % (k + 1)))
+        out.append(_item(i, tuple(passes)))
+    return out
+
+
+def _samples(name: str, items: list[RequestPasses], truth: SpecOverhead) -> list[Sample]:
+    plain = {r.request_id: r.e2e_s for r in predict_run(Concurrency(1), items, TABLE).records}
+    served = {r.request_id: r.e2e_s for r in predict_run(Concurrency(1), items, TABLE, overhead=truth).records}
+    return [
+        Sample(name, served[item.request.id] - plain[item.request.id], 1 + len(item.passes),
+               sum(c - 1 for c, _ in item.passes))
+        for item in items
+    ]  # fmt: skip
+
+
+def test_predictor_charges_the_terms_per_step_and_per_drafted_token() -> None:
+    item = _item(0, ((9, 3), (1, 1), (9, 9)))
+    plain = predict_run(Concurrency(1), [item], TABLE).records[0]
+    extra = predict_run(Concurrency(1), [item], TABLE, overhead=SpecOverhead(0.002, 0.0005)).records[0]
+    # 4 steps (prefill + 3 passes) x 2 ms, and 16 drafted tokens x 0.5 ms
+    assert extra.e2e_s - plain.e2e_s == pytest.approx(4 * 0.002 + 16 * 0.0005)
+    assert extra.ttft_s - plain.ttft_s == pytest.approx(0.002)  # the proposer runs in the prefill's step too
+
+
+def test_fit_recovers_known_terms_across_lookaheads() -> None:
+    truth = SpecOverhead(0.0015, 0.0007)
+    samples = _samples("k2", _variant(2, 0), truth) + _samples("k8", _variant(8, 1), truth)
+    got = fit(samples)
+    assert got.step_s == pytest.approx(truth.step_s, rel=1e-6)
+    assert got.drafted_token_s == pytest.approx(truth.drafted_token_s, rel=1e-6)
+    assert got.fitted_on == ("k2", "k8")
+    assert got.requests == 12
+
+
+def test_fit_keeps_terms_non_negative() -> None:
+    # residuals that only a negative per-step term would explain: the step term is dropped, drafts refitted
+    samples = [Sample("k4", 0.010 - 0.001 * s, s, d) for s, d in ((10, 30), (20, 40), (30, 90), (15, 20))]
+    got = fit(samples)
+    assert got.step_s >= 0
+    assert got.drafted_token_s >= 0
+    assert fit([Sample("k4", -0.05, 10, 30)]) == SpecOverhead(0.0, 0.0, ("k4",), 1)
+    assert fit([]) == SpecOverhead()
+
+
+def test_leave_one_out_never_fits_a_variant_on_itself() -> None:
+    samples = _samples("k2", _variant(2, 0), SpecOverhead(0.001, 0.0)) + _samples(
+        "k8", _variant(8, 1), SpecOverhead(0.004, 0.002)
+    )
+    held = leave_one_out(samples, ["k2", "k8"])
+    assert held["k2"].fitted_on == ("k8",)
+    assert held["k8"].fitted_on == ("k2",)
+    # each is the other's exact terms: k2 is predicted with k8's and vice versa
+    assert held["k2"].step_s == pytest.approx(0.004, rel=1e-6)
+    assert held["k2"].drafted_token_s == pytest.approx(0.002, rel=1e-6)
+    assert held["k8"].step_s == pytest.approx(0.001, rel=1e-6)
+    assert leave_one_out(samples[:6], ["k2"])["k2"] == SpecOverhead()  # nothing else timed: no terms
+    with pytest.raises(ValueError, match="cannot be negative"):
+        SpecOverhead(-0.001, 0.0)
