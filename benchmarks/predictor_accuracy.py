@@ -95,7 +95,7 @@ def run_one(workload: str, strategy: str, args: argparse.Namespace, root: Path) 
         budget_minutes=10_000.0,  # the request cap below decides; both strategies then use the same requests
         max_requests=args.requests,
         max_tokens=args.max_tokens,
-        threads=args.threads,
+        threads=None if args.engine == "vllm" else args.threads,  # vLLM sizes its own threads
         seed=0,
         run_dir=str(root / f"{Path(workload).stem}-{strategy}"),
         out=str(root / f"{Path(workload).stem}-{strategy}.yaml"),
@@ -250,6 +250,17 @@ def serving_entry(
     }
 
 
+def _save(report: dict[str, Any], args: argparse.Namespace, workload: str | None = None, entry: Any = None) -> None:
+    """Write the report as it grows (a workload's entry, printed too), or at the end with the load average."""
+    if workload is None:
+        report["load_average_at_end"] = os.getloadavg()
+    else:
+        report["workloads"][workload] = entry
+        print(json.dumps({workload: entry}, indent=1), flush=True)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(report, indent=1), encoding="utf-8")
+
+
 def _workload_names(values: list[str]) -> list[str]:
     return [name.strip() for value in values for name in value.split(",") if name.strip()]
 
@@ -350,12 +361,8 @@ def main() -> int:
             "wall_time_ratio": round(predictive_s / exhaustive_s, 3) if exhaustive_s else None,
         }
         entry["head_to_head"] = head_to_head(workload, predictive, exhaustive, args)
-        report["workloads"][workload] = entry
-        print(json.dumps({workload: entry}, indent=1), flush=True)
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(report, indent=1), encoding="utf-8")
-    report["load_average_at_end"] = os.getloadavg()
-    args.out.write_text(json.dumps(report, indent=1), encoding="utf-8")
+        _save(report, args, workload, entry)
+    _save(report, args)
     print("\nsummary:")
     for workload, entry in report["workloads"].items():
         taus = ", ".join(
@@ -384,12 +391,8 @@ def _main_vllm(args: argparse.Namespace, report: dict[str, Any], root: Path) -> 
         exhaustive, exhaustive_s = run_one(workload, "exhaustive", args, root)
         entry = serving_entry(predictive, exhaustive, predictive_s, exhaustive_s)
         entry["requests"] = predictive.workload.used_requests if predictive.workload else None
-        report["workloads"][workload] = entry
-        print(json.dumps({workload: entry}, indent=1), flush=True)
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(report, indent=1), encoding="utf-8")
-    report["load_average_at_end"] = os.getloadavg()
-    args.out.write_text(json.dumps(report, indent=1), encoding="utf-8")
+        _save(report, args, workload, entry)
+    _save(report, args)
     print("\nsummary:")
     for workload, entry in report["workloads"].items():
         p, e, inside = entry["predictive"], entry["exhaustive"], entry["predictive_winner_inside_exhaustive"]
