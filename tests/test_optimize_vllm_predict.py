@@ -14,7 +14,7 @@ import pytest
 from typer.testing import CliRunner
 
 from runinfra_opt.cli.app import app
-from runinfra_opt.results import load_results
+from runinfra_opt.results import RunResults, load_results
 
 COST: dict[str, Any] = {
     "fixed": 0.02, "per_seq": 0.004, "per_token": 0.003, "overhead": 0.01, "admit": 0.002,
@@ -45,6 +45,18 @@ def workload(tmp_path: Path) -> Path:
     return path
 
 
+def _optimize(
+    runner: CliRunner, python: str, target: Path, workload: Path, tmp_path: Path, *extra: str
+) -> tuple[Any, RunResults]:
+    """`optimize --engine vllm` over the n-gram method (prompt_lookup_max 3) on the stand-in; exit code 0."""
+    args = ["optimize", "--engine", "vllm", "--vllm-python", python, "--target", str(target)]
+    args += ["--workload", str(workload), "--methods", "vllm_ngram", "--ngram-max", "3", *extra]
+    args += ["--run-dir", str(tmp_path / "run"), "--out", str(tmp_path / "m.yaml")]
+    result = runner.invoke(app, args, catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    return result, load_results(tmp_path / "run" / "results.json")
+
+
 def test_predictive_run_launches_only_the_baseline_and_the_confirmed_candidates(
     runner: CliRunner,
     fake_vllm: str,
@@ -55,14 +67,10 @@ def test_predictive_run_launches_only_the_baseline_and_the_confirmed_candidates(
 ) -> None:
     monkeypatch.setenv("FAKE_VLLM_STEP", "table")
     monkeypatch.setenv("FAKE_VLLM_STEP_COST", json.dumps(COST))
-    run_dir = tmp_path / "run"
-    args = ["optimize", "--engine", "vllm", "--vllm-python", fake_vllm, "--target", str(tiny_models[0])]
-    args += ["--workload", str(workload), "--methods", "vllm_ngram", "--ngram-max", "3", "--lookahead", "2,4,8"]
-    args += ["--confirm", "2", "--load", "concurrency:1,2", "--max-tokens", "16", "--repeats", "2"]
-    args += ["--run-dir", str(run_dir), "--out", str(tmp_path / "m.yaml")]
-    result = runner.invoke(app, args, catch_exceptions=False)
-    assert result.exit_code == 0, result.output
-    results = load_results(run_dir / "results.json")
+    result, results = _optimize(
+        runner, fake_vllm, tiny_models[0], workload, tmp_path,
+        "--lookahead", "2,4,8", "--confirm", "2", "--load", "concurrency:1,2", "--max-tokens", "16", "--repeats", "2",
+    )  # fmt: skip
     assert not {"cost", "predict", "repredict"} & set(results.phases_skipped)
     table = results.cost_model["step_costs"]["table"]
     assert table["batch_sizes"][0] == 1
@@ -122,14 +130,10 @@ def test_without_prefix_cache_metrics_every_variant_is_timed(
 ) -> None:
     # The default stand-in has no cache metrics: the step costs cannot be measured, so nothing is predicted
     # and every variant gets a server (the reason is in the notes and in phases_skipped).
-    run_dir = tmp_path / "run"
-    args = ["optimize", "--engine", "vllm", "--vllm-python", fake_vllm, "--target", str(tiny_models[0])]
-    args += ["--workload", str(workload), "--methods", "vllm_ngram", "--ngram-max", "3", "--lookahead", "2,4"]
-    args += ["--confirm", "1", "--load", "none", "--max-tokens", "8", "--repeats", "1"]
-    args += ["--run-dir", str(run_dir), "--out", str(tmp_path / "m.yaml")]
-    result = runner.invoke(app, args, catch_exceptions=False)
-    assert result.exit_code == 0, result.output
-    results = load_results(run_dir / "results.json")
+    _, results = _optimize(
+        runner, fake_vllm, tiny_models[0], workload, tmp_path,
+        "--lookahead", "2,4", "--confirm", "1", "--load", "none", "--max-tokens", "8", "--repeats", "1",
+    )  # fmt: skip
     assert "step costs could not be measured" in results.phases_skipped["cost"]
     assert [launch["variant"] for launch in results.launches] == [
         "baseline", "vllm_ngram-m1-n3-k2", "vllm_ngram-m1-n3-k4"
