@@ -10,9 +10,11 @@ per session). `tests/test_zz_isolation_guard.py` checks at the end that nothing 
 
 from __future__ import annotations
 
+import fcntl
 import os
 import sys
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -36,9 +38,51 @@ FIRST_MODULE = "test_vllm_e2e.py"
 `pytest -n 2 --dist loadfile` (make test) one worker runs them while the other runs the rest."""
 
 
+QUIET = "quiet"
+"""The marker of a test that measures time or memory other CPU-heavy work would skew (a stand-in server's speed
+against its prediction, a replay that falls behind its schedule and piles requests up in flight). Under
+`make test` the other worker may be running real vLLM servers, which take both cores: a quiet test holds the
+suite's quiet lock shared, the real servers' module holds it exclusively, so the two never overlap; and the
+files holding quiet tests run last, after the vLLM module has ended, so that nothing waits in practice."""
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The real vLLM servers' tests first, the isolation guard last, whatever the file order or selection."""
-    items.sort(key=lambda item: 0 if item.path.name == FIRST_MODULE else 2 if item.path.name == GUARD_MODULE else 1)
+    """The real vLLM servers' tests first, then the rest, then the files holding quiet tests, the isolation guard
+    last, whatever the file order or selection (files stay whole: `--dist loadfile` hands out files)."""
+    quiet_files = {item.path for item in items if item.get_closest_marker(QUIET) is not None}
+
+    def rank(item: pytest.Item) -> int:
+        if item.path.name == FIRST_MODULE:
+            return 0
+        if item.path.name == GUARD_MODULE:
+            return 3
+        return 2 if item.path in quiet_files else 1
+
+    items.sort(key=rank)
+
+
+@contextmanager
+def quiet_lock(tmp_path_factory: pytest.TempPathFactory, *, exclusive: bool) -> Iterator[None]:
+    """The suite's quiet lock (see QUIET): one file that every xdist worker of this run shares (their base
+    temporary directories are siblings), locked with flock, which the kernel releases if a worker dies."""
+    base = tmp_path_factory.getbasetemp()
+    path = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "quiet.lock"
+    with path.open("a") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+@pytest.fixture(autouse=True)
+def _quiet(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """A quiet test runs holding the quiet lock shared (before its other fixtures start any server)."""
+    if request.node.get_closest_marker(QUIET) is None:
+        yield
+        return
+    with quiet_lock(tmp_path_factory, exclusive=False):
+        yield
 
 
 def _isolate(monkeypatch: pytest.MonkeyPatch, root: Path) -> Path:

@@ -88,6 +88,7 @@ this limit rejects. With 64 chunks a request: +23.8 MB streamed (the client fell
 +492 MB kept (`benchmarks/results/replay_memory-2026-12-01.json`)."""
 
 
+@pytest.mark.quiet
 def test_100k_request_replay_streams_its_records_in_bounded_memory(tmp_path: Path) -> None:
     peaks = {}
     for size in (SMALL, BIG):

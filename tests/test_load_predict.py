@@ -292,6 +292,7 @@ def _measure(server: Any, level: LoadLevel, items: list[RequestPasses]) -> Level
     return asyncio.run(go())
 
 
+@pytest.mark.quiet
 def test_the_prediction_of_the_stand_in_server_is_within_15_percent(
     fake_vllm: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:

@@ -57,6 +57,7 @@ def _optimize(
     return result, load_results(tmp_path / "run" / "results.json")
 
 
+@pytest.mark.quiet
 def test_predictive_run_launches_only_the_baseline_and_the_confirmed_candidates(
     runner: CliRunner,
     fake_vllm: str,
@@ -125,6 +126,7 @@ def test_predictive_run_launches_only_the_baseline_and_the_confirmed_candidates(
             assert other.load == []
 
 
+@pytest.mark.quiet
 def test_without_prefix_cache_metrics_every_variant_is_timed(
     runner: CliRunner, fake_vllm: str, tiny_models: tuple[Path, Path], workload: Path, tmp_path: Path
 ) -> None:

@@ -32,6 +32,7 @@ from runinfra_opt.engine.vllm.server import (
     check_serve_args_many,
 )
 from runinfra_opt.methods.vllm_ngram import propose, simulate
+from tests.conftest import quiet_lock
 from tests.test_vllm_server import group_members, wait_gone
 
 pytestmark = pytest.mark.e2e
@@ -46,6 +47,14 @@ PROMPTS = [
     'Convert to JSON. name: Ada Lovelace; born: 1815; field: mathematics.\nJSON: {"name": "',
 ]
 MAX_TOKENS = 24
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _loud(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """Real vLLM servers take both cores: the module holds the suite's quiet lock exclusively while it runs, so
+    no quiet test (tests/conftest.py) measures beside them."""
+    with quiet_lock(tmp_path_factory, exclusive=True):
+        yield
 
 
 @pytest.fixture(scope="module", autouse=True)
