@@ -118,3 +118,32 @@ def test_the_engine_measures_on_the_baselines_server(
     assert measured.table.batch_sizes == (1, 2)
     assert measured.table.context == 32
     assert "--speculative-config" not in Path(engine.launches[0].log).read_text().splitlines()[0]
+
+
+def test_a_later_pass_over_the_same_requests_finds_none_of_its_prompts_cached(
+    fake_vllm: str, tiny_models: tuple[Path, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The baseline pass and the confirmation's first repeat are both repeat 0 of the baseline on one server: the
+    second must prefill its prompts again (a cached prompt flattered the baseline's TTFT by ~0.5 s a request)."""
+    from runinfra_opt.engine.vllm.engine import open_engine
+    from runinfra_opt.methods import BASELINE
+    from runinfra_opt.workload.model import Request
+
+    monkeypatch.setenv("FAKE_VLLM_STEP", "table")
+    monkeypatch.setenv("FAKE_VLLM_STEP_COST", json.dumps(COST))
+    engine = open_engine(str(tiny_models[0]), vllm_python=fake_vllm, log_dir=tmp_path)
+    words = " ".join(f"word{i}" for i in range(120))
+    requests = [Request(id=f"r{i}", line=i + 1, prompt=f"{i}: {words}", max_tokens=4) for i in range(2)]
+    cached = []
+    try:
+        for _ in range(2):
+            for request in requests:
+                engine.generate(request, BASELINE, max_tokens=4, repeat=0)
+                assert engine._server is not None
+                cached.append(metrics.scrape(engine._server.base_url).prompt_tokens_cached)
+        # the same request on its own again, with the same repeat, is a third pass: cold too
+        engine.generate(requests[0], BASELINE, max_tokens=4, repeat=0)
+        cached.append(metrics.scrape(engine._server.base_url).prompt_tokens_cached)
+    finally:
+        engine.close()
+    assert cached == [0.0] * 5

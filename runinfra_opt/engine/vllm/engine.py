@@ -28,6 +28,7 @@ a profile are timed, not predicted.
 from __future__ import annotations
 
 import asyncio
+import collections
 import itertools
 import secrets
 from collections.abc import Callable, Sequence
@@ -128,6 +129,9 @@ class VllmEngine:
         self._failed: dict[str, str] = {}
         self._salt_base = secrets.token_hex(4)
         self._levels = itertools.count()
+        self._passes: collections.Counter[tuple[str, int, str]] = collections.Counter()
+        """Timed generations so far per (variant, repeat, request): the baseline pass and the confirmation's first
+        repeat are both repeat 0 of the baseline on one server, and must not share a salt."""
 
     # ---- what runs ------------------------------------------------------------------------------------------
 
@@ -254,7 +258,12 @@ class VllmEngine:
         if problem is not None:
             raise UserInputError(f"line {request.line}: {problem}")
         server = self._server_for(variant)
-        completion = self._completion(request, max_tokens, cache_salt=self._salt(f"{variant.name}-r{repeat}"))
+        key = (variant.name, repeat, request.id)
+        nth, self._passes[key] = self._passes[key], self._passes[key] + 1
+        # One salt per pass: a pass's requests share it (each request comes once a pass, so its count is the
+        # pass's), a later pass over the same requests on the same server gets another.
+        salt = self._salt(f"{variant.name}-r{repeat}-p{nth}")
+        completion = self._completion(request, max_tokens, cache_salt=salt)
         before = self._scrape(server, variant)
         result = self._send(completion)
         if not result.success:
