@@ -64,6 +64,10 @@ def test_measured_table_recovers_the_known_step_costs(
     assert all(t.spread_s < 0.5 * t.step_s for t in measured.trials)
     assert measured.wall_s < 60
     assert len(measured.trials) == 3 * (3 * 3 + 2)
+    sweeps = [[(t.kind, t.batch, t.tokens) for t in measured.trials[i : i + 11]] for i in (0, 11, 22)]
+    assert all(sorted(sweep) == sorted(sweeps[0]) for sweep in sweeps)  # every cell once a sweep
+    assert [t.sweep for t in measured.trials] == [0] * 11 + [1] * 11 + [2] * 11
+    assert len({tuple(sweep) for sweep in sweeps}) > 1  # in an order of its own (grid order biased the first cells)
     # a request's first token comes later than its step by the overhead: the table must not carry it
     assert measured.request_overhead_s is not None
     assert measured.request_overhead_s > COST["overhead"]  # + admission and HTTP: more under load

@@ -8,7 +8,7 @@ when nothing was drafted and 1.17-1.19x with 2 or 8 drafts at batch 1 (`benchmar
 The baseline's timings cannot show either cost (it drafts nothing), so the serving predictor fits two terms on
 the speculative variants that confirmation timed:
 
-    extra seconds of one step = step_s + drafted_token_s x (tokens drafted in that step, over its sequences)
+    extra seconds of one step = step_s x (sequences sampling in it) + drafted_token_s x (tokens drafted in it)
 
 At batch 1 a request's measured end-to-end time minus its prediction without them is then
 `step_s x steps + drafted_token_s x drafted` (steps: the prefill and every verification; drafted: the simulated
@@ -43,8 +43,10 @@ class SpecOverhead:
         if self.step_s < 0 or self.drafted_token_s < 0:
             raise ValueError("a speculative overhead term cannot be negative")
 
-    def step_extra_s(self, drafted_tokens: int) -> float:
-        return self.step_s + self.drafted_token_s * drafted_tokens
+    def step_extra_s(self, drafted_tokens: int, sequences: int = 1) -> float:
+        """What one engine step adds: `step_s` for each of the `sequences` that sample in it (the proposer runs
+        per request, after its sampling), `drafted_token_s` for each drafted token verified in it."""
+        return self.step_s * sequences + self.drafted_token_s * drafted_tokens
 
     def to_dict(self) -> dict[str, object]:
         return {

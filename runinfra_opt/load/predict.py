@@ -267,7 +267,7 @@ def predict_run(
         if prefill_tokens:
             prefill = table.prefill_s(prefill_tokens)
             seconds = seconds + max(prefill - one_token_step, 0.0) if decoding else prefill
-        seconds += overhead.step_extra_s(carried - len(decoding))
+        seconds += overhead.step_extra_s(carried - len(decoding), len(decoding) + len(prefilled))
         now += max(seconds + corrections.step_s, 0.0)
         finished: list[_Sequence] = []
         for sequence in decoding:

@@ -30,8 +30,10 @@ How it measures, through the server's public API only (no flag the manifest does
   probe's first token after the blocker's, and the probes' spread small against the step. A trial that fails is
   redone (a longer blocker when the probes came in two steps, a later send when one joined the blocker's step).
 - Prefill by prompt length: the same trial with one uncached prompt of that length as the probe.
-- Repeats are interleaved over the grid (every cell once, then again) after untimed warm-up trials; the table
-  holds each cell's median.
+- Repeats are interleaved over the grid (every cell once, then again, each sweep in its own shuffled order: in grid
+  order the first cells always followed the previous sweep's long prefills and measured slow) after untimed
+  warm-up trials; the table holds each cell's median. (A robust line per batch size through all its trials was
+  tried on two recorded real runs and predicted no better than the medians: not used.)
 
 The server's state for later requests: every prompt here carries a `cache_salt` of this measurement's own, so its
 cached blocks can never serve (or be served to) any request without that salt; they are ordinary free blocks
@@ -47,6 +49,7 @@ verification computes k + 1): `benchmarks/vllm_step_costs.py` measures the diffe
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import random
 import secrets
 import statistics
@@ -106,6 +109,8 @@ class Trial:
     blocker_tokens: int
     attempt: int
     """1 when the first try landed."""
+    sweep: int = 0
+    """Which pass over the grid it belongs to (0-based)."""
 
 
 @dataclass
@@ -325,9 +330,12 @@ async def _measure(
         await meter.trial("step", max(batch_sizes), max(tokens))
     cells = [("step", b, m) for b in batch_sizes for m in tokens] + [("prefill", 1, n) for n in prefill_lengths]
     trials: list[Trial] = []
-    for _ in range(repeats):  # every cell once, then again: drift hits all cells alike
+    for sweep in range(repeats):  # every cell once, then again: drift hits all cells alike
+        # Each sweep in its own order: in grid order the first cells always followed the previous sweep's long
+        # prefills and measured slow (the decoding step at 42-44 ms against 29 ms in the first sweep).
+        rng.shuffle(cells)
         for kind, batch, count in cells:
-            trial = await meter.trial(kind, batch, count)
+            trial = dataclasses.replace(await meter.trial(kind, batch, count), sweep=sweep)
             trials.append(trial)
             if on_trial is not None:
                 on_trial(trial)
@@ -348,7 +356,7 @@ async def _measure(
         context=prefix,
         method=(
             f"vLLM server, prefix-cache probes: b prefixes of {prefix} cached tokens + m fresh tokens, max_tokens 1, "
-            f"timed from a blocker step's first token to the probes'; median of {repeats}"
+            f"timed from a blocker step's first token to the probes'; median of {repeats} sweeps, each in its own order"
         ),
         notes=(
             f"KV block size {block}; checked on the server's step and cache counters: {meter.use_counters}",

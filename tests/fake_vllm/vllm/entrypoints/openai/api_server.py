@@ -33,8 +33,8 @@ With an n-gram `--speculative-config` the table engine speculates by vLLM's rule
 `runinfra_opt.methods.vllm_ngram.propose`, checked against vLLM's in tests/test_vllm_e2e.py): a decoding sequence
 carries 1 + proposed tokens in a step (priced as such) and emits 1 + accepted, in one streamed chunk, and the
 spec-decode counters count them (the serving predictor's tests: tests/test_optimize_vllm_predict.py). A
-speculating engine's every step costs `spec_step` more, and `spec_token` more per drafted token (the proposer and
-the drafted positions' logits, which the baseline's probes cannot see).
+speculating engine's every step costs `spec_step` more per sequence in it (the proposer runs per request), and
+`spec_token` more per drafted token (the drafted positions' logits), which the baseline's probes cannot see.
 """
 
 import argparse
@@ -124,7 +124,7 @@ class TableEngine:
                 running.append(request)
             proposals = [self._proposal(r) if r["done"] > 0 else [] for r in running]
             new_tokens = [r["new"] if r["done"] == 0 else 1 + len(p) for r, p in zip(running, proposals, strict=True)]
-            extra = self.spec_step + self.spec_token * sum(map(len, proposals)) if self.spec else 0.0
+            extra = self.spec_step * len(running) + self.spec_token * sum(map(len, proposals)) if self.spec else 0.0
             time.sleep(self._step_s(new_tokens) + extra)
             self.stats["steps"] += 1
             # as vLLM's histogram counts them: prompt tokens computed, plus one sampled per sequence
