@@ -1,0 +1,116 @@
+"""Re-predict recorded runs with the predictor as it is now: no model served, no server launched.
+
+`optimize` records everything its predictions are made from (the baseline's greedy outputs, the step-cost
+table and its trials, every measured request, each load level's records), and `--resume` reruns the phases that
+recompute from recorded facts (`predict`, `repredict`, `decide`, `write`). This script copies each run
+directory found under the given directories, resumes the copy, and reports |predicted/measured - 1| of every
+measured variant at batch 1 and at every load level, next to the figures the run recorded. A change to the
+predictor is then checked against real measurements in seconds, without measuring again; the measurements, and
+so the confirmed candidates of a predictive run, stay what they were (a predictive run's candidates were picked
+by the predictor of its day).
+
+    .venv/bin/python benchmarks/repredict.py benchmarks/results/predictor_accuracy-vllm-2026-12-02b \\
+        [--vllm-python PY] [--out FILE]
+
+A serving-engine run needs the vLLM environment's python only to be named (nothing is started); without
+`--vllm-python`, the installed one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from runinfra_opt.optimize.config import OptimizeConfig
+from runinfra_opt.optimize.pipeline import run_optimize
+from runinfra_opt.report.accuracy import level_prediction_errors, prediction_errors
+from runinfra_opt.results import RunResults, load_results
+
+
+def _errors(results: RunResults) -> dict[str, Any]:
+    batch1 = prediction_errors(results)
+    levels = level_prediction_errors(results)
+    speculative = [r["abs_error"] for r in batch1 if r["variant"] != "baseline"]
+    loaded = [r["abs_error"] for r in levels if r["variant"] != "baseline"]
+    return {
+        "winner": results.decision.winner if results.decision else None,
+        "batch1": batch1,
+        "levels": levels,
+        "batch1_within_10pct": f"{sum(e <= 0.10 for e in speculative)}/{len(speculative)}",
+        "batch1_mean_error": round(sum(speculative) / len(speculative), 4) if speculative else None,
+        "levels_within_15pct": f"{sum(e <= 0.15 for e in loaded)}/{len(loaded)}",
+        "levels_mean_error": round(sum(loaded) / len(loaded), 4) if loaded else None,
+    }
+
+
+def repredict(run_dir: Path, work: Path, vllm_python: str | None) -> dict[str, Any]:
+    recorded = load_results(run_dir / "results.json")
+    copy = work / run_dir.name
+    shutil.copytree(run_dir, copy)
+    config = json.loads((copy / "results.json").read_text(encoding="utf-8"))["config"]
+    config.update(run_dir=str(copy), out=str(copy) + ".yaml", runs_root=str(work / "runs"))
+    if config.get("engine") == "vllm":
+        config["vllm_python"] = vllm_python
+    servers = len(list((copy / "servers").glob("*.log")))
+    start = time.perf_counter()
+    results = run_optimize(OptimizeConfig(**config), resume=str(copy))
+    launched = len(list((copy / "servers").glob("*.log"))) - servers
+    if launched:
+        raise SystemExit(f"{run_dir}: resuming launched {launched} server(s): the run was not complete")
+    return {
+        "run": str(run_dir),
+        "seconds": round(time.perf_counter() - start, 1),
+        "recorded": _errors(recorded),
+        "now": _errors(results),
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("dirs", nargs="+", type=Path, help="Run directories, or directories holding them.")
+    parser.add_argument("--vllm-python", default=None, help="vllm runs: a vLLM environment's python.")
+    parser.add_argument("--out", type=Path, default=None, help="Write the report (JSON) here.")
+    args = parser.parse_args()
+    runs = []
+    for d in args.dirs:
+        runs += [d] if (d / "results.json").exists() else sorted(p.parent for p in d.glob("*/results.json"))
+    if not runs:
+        print("no run directory (with a results.json) found", file=sys.stderr)
+        return 2
+    report = []
+    with tempfile.TemporaryDirectory(prefix="repredict-") as tmp:
+        for run in runs:
+            entry = repredict(run, Path(tmp), args.vllm_python)
+            report.append(entry)
+            was, now = entry["recorded"], entry["now"]
+            print(
+                f"{run.name}: batch 1 within 10% {was['batch1_within_10pct']} -> {now['batch1_within_10pct']} "
+                f"(mean {was['batch1_mean_error']} -> {now['batch1_mean_error']}); load levels within 15% "
+                f"{was['levels_within_15pct']} -> {now['levels_within_15pct']} (mean {was['levels_mean_error']} -> "
+                f"{now['levels_mean_error']}); winner {was['winner']} -> {now['winner']}"
+            )
+            for row in now["batch1"]:
+                level = [r for r in now["levels"] if r["variant"] == row["variant"]]
+                tail = "".join(
+                    f" | {r['level']} {r['predicted_tokens_per_s']} vs {r['measured_tokens_per_s']} "
+                    f"({r['abs_error']:.3f})"
+                    for r in level
+                )
+                print(
+                    f"  {row['variant']:24s} batch 1 {row['predicted_tokens_per_s']} vs {row['measured_tokens_per_s']} "
+                    f"({row['abs_error']:.3f}){tail}"
+                )
+    if args.out:
+        args.out.write_text(json.dumps(report, indent=1) + "\n", encoding="utf-8")
+        print(f"report: {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
