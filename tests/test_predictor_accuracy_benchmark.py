@@ -69,3 +69,17 @@ def test_benchmark_runs_both_strategies_and_the_head_to_head(
     assert 0 < ratio["low"] <= ratio["value"] <= ratio["high"]
     assert h2h["predictive_tokens_per_s"] > 0
     assert h2h["exhaustive_tokens_per_s"] > 0
+
+    # benchmarks/repredict.py on the recorded exhaustive run: resumed on a copy, nothing measured again, and the
+    # same predictor gives back the recorded errors (the original directory is left as it was).
+    from benchmarks import repredict
+
+    before = (raw / "tiny-exhaustive" / "results.json").read_bytes()
+    (tmp_path / "work").mkdir()
+    again = repredict.repredict(raw / "tiny-exhaustive", tmp_path / "work", None)
+    assert (raw / "tiny-exhaustive" / "results.json").read_bytes() == before
+    assert again["now"]["batch1"] == again["recorded"]["batch1"]
+    recorded = load_results(raw / "tiny-exhaustive" / "results.json")
+    assert recorded.decision is not None
+    assert again["now"]["winner"] == again["recorded"]["winner"] == recorded.decision.winner
+    assert len(again["now"]["batch1"]) == 17
