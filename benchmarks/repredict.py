@@ -1,4 +1,4 @@
-"""Re-predict recorded runs with the predictor as it is now: no model served, no server launched.
+"""Re-predict recorded runs with the predictor as it is now: nothing is timed again, no server is launched.
 
 `optimize` records everything its predictions are made from (the baseline's greedy outputs, the step-cost
 table and its trials, every measured request, each load level's records), and `--resume` reruns the phases that
