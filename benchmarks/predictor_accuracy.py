@@ -28,8 +28,10 @@ space VLLM_SPACE (one server per timed variant), every variant also served under
 <= 10%) and at the highest load level (<= 15%), the same over every variant of the exhaustive run, Kendall's tau,
 the servers each run launched, whether predictive picked the exhaustive winner or one within 3% of its measured
 tokens/s *inside the exhaustive run* (both measured there, minutes apart at most), and the wall-time ratio (target
-<= 0.25). No head-to-head: the two winners need a server each, so they cannot be interleaved on one; the
-exhaustive run's own measurements of both stand in for it.
+<= 0.25). The head-to-head (`--h2h-repeats` launches of each winner, alternating; 0: none): the two winners
+cannot share a server, so each is served on fresh launches, A B then B A, one batch-1 pass over the same requests
+each; their ratio with a 95% interval paired by request and launch carries each launch's own speed, as a
+decision between two servers does. `benchmarks/repredict.py` re-predicts the recorded runs with a later predictor.
 """
 
 from __future__ import annotations
@@ -163,6 +165,73 @@ def head_to_head(
         exhaustive_tokens_per_s=round(stats.tokens_per_s(records[e_name]), 2),
         ratio=_interval(ratio),
         note="predictive winner's tokens/s over the exhaustive winner's, paired by request and repeat",
+    )
+    return entry
+
+
+def serving_head_to_head(
+    workload: str, predictive: RunResults, exhaustive: RunResults, args: argparse.Namespace, log_dir: Path
+) -> dict[str, Any]:
+    """The serving engine's head-to-head: the two winners cannot share a server, so each is served on fresh
+    launches, alternating A B, then B A (`--h2h-repeats` launches each, started exactly as optimize starts them),
+    one greedy batch-1 pass over the same requests per launch, after the untimed warm-up; their tokens/s ratio
+    (predictive / exhaustive) with a 95% interval paired by request and launch. It carries what a decision
+    between two servers carries: each launch's own speed."""
+    from runinfra_opt import stats
+    from runinfra_opt.engine.registry import open_engine
+    from runinfra_opt.methods import Variant
+    from runinfra_opt.workload import load_workload
+
+    assert predictive.decision is not None
+    assert exhaustive.decision is not None
+    assert predictive.plan is not None
+    p_name, e_name = predictive.decision.winner, exhaustive.decision.winner
+    entry: dict[str, Any] = {"predictive_winner": p_name, "exhaustive_winner": e_name}
+    if p_name == e_name:
+        entry.update(ratio={"value": 1.0, "low": 1.0, "high": 1.0}, note="same winner: nothing to measure")
+        return entry
+    p_result, e_result = predictive.variant(p_name), exhaustive.variant(e_name)
+    assert p_result is not None
+    assert e_result is not None
+    p_variant, e_variant = Variant.from_dict(p_result.variant), Variant.from_dict(e_result.variant)
+    wanted = set(predictive.plan.request_ids)
+    requests = [
+        r for r in load_workload(workload, default_max_tokens=args.max_tokens).requests if r.id in wanted
+    ]
+    records: dict[str, list[Any]] = {p_name: [], e_name: []}
+    launches = []
+    start = time.perf_counter()
+    from runinfra_opt.engine.vllm.engine import VllmEngine
+
+    engine = open_engine("vllm", args.target, log_dir=log_dir, seed=0,
+                         **({"vllm_python": args.vllm_python} if args.vllm_python else {}))  # fmt: skip
+    assert isinstance(engine, VllmEngine)
+    try:
+        for repeat in range(args.h2h_repeats):
+            order = (p_variant, e_variant) if repeat % 2 == 0 else (e_variant, p_variant)
+            for variant in order:
+                engine.stop_server()  # B A after A B: B gets a fresh launch, not the one it just had
+                engine.warmup(requests[0], variant)  # launches its server
+                for request in requests:
+                    record = engine.generate(request, variant, max_tokens=args.max_tokens, repeat=repeat)
+                    records[variant.name].append(record)
+                launches.append(
+                    {"variant": variant.name, "repeat": repeat,
+                     "tokens_per_s": round(stats.tokens_per_s(records[variant.name][-len(requests):]), 2)}
+                )  # fmt: skip
+    finally:
+        engine.close()
+    ratio = stats.throughput_ratio(records[p_name], records[e_name], seed=0)
+    entry.update(
+        requests=len(requests),
+        repeats=args.h2h_repeats,
+        launches=launches,
+        wall_s=round(time.perf_counter() - start, 1),
+        predictive_tokens_per_s=round(stats.tokens_per_s(records[p_name]), 2),
+        exhaustive_tokens_per_s=round(stats.tokens_per_s(records[e_name]), 2),
+        ratio=_interval(ratio),
+        note="predictive winner's tokens/s over the exhaustive winner's at batch 1, on alternating fresh launches, "
+        "paired by request and launch",
     )
     return entry
 
@@ -392,6 +461,10 @@ def _main_vllm(args: argparse.Namespace, report: dict[str, Any], root: Path) -> 
         entry = serving_entry(predictive, exhaustive, predictive_s, exhaustive_s)
         entry["requests"] = predictive.workload.used_requests if predictive.workload else None
         _save(report, args, workload, entry)
+        if args.h2h_repeats > 0:
+            log_dir = root / f"{Path(workload).stem}-head-to-head"
+            entry["head_to_head"] = serving_head_to_head(workload, predictive, exhaustive, args, log_dir)
+            _save(report, args, workload, entry)
     _save(report, args)
     print("\nsummary:")
     for workload, entry in report["workloads"].items():

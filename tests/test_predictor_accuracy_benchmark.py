@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -83,3 +84,40 @@ def test_benchmark_runs_both_strategies_and_the_head_to_head(
     assert recorded.decision is not None
     assert again["now"]["winner"] == again["recorded"]["winner"] == recorded.decision.winner
     assert len(again["now"]["batch1"]) == 17
+
+
+def test_serving_head_to_head_alternates_fresh_launches(
+    runner: Any, fake_vllm: str, tiny_models: tuple[Path, Path], tmp_path: Path
+) -> None:
+    """The vLLM head-to-head on the stand-in server: each winner on fresh launches, A B then B A (the second B is
+    a launch of its own, not the server B just had), the same requests on each, paired by request and launch."""
+    from runinfra_opt.cli.app import app
+
+    workload = tmp_path / "tiny.jsonl"
+    workload.write_text("".join(json.dumps(r) + "\n" for r in WORKLOAD), encoding="utf-8")
+    run_dir = tmp_path / "run"
+    args = ["optimize", "--engine", "vllm", "--vllm-python", fake_vllm, "--target", str(tiny_models[0]),
+            "--workload", str(workload), "--methods", "vllm_ngram", "--lookahead", "2,4", "--ngram-max", "3",
+            "--load", "none", "--strategy", "exhaustive", "--max-tokens", "8", "--repeats", "1",
+            "--run-dir", str(run_dir), "--out", str(tmp_path / "m.yaml"), "--json"]  # fmt: skip
+    result = runner.invoke(app, args, catch_exceptions=False)
+    assert result.exit_code in (0, 4), result.output
+    exhaustive = load_results(run_dir / "results.json")
+    predictive = load_results(run_dir / "results.json")
+    assert exhaustive.decision is not None
+    assert predictive.decision is not None
+    other = next(v.name for v in exhaustive.variants if v.measured is not None and v.name != exhaustive.decision.winner)
+    predictive.decision.winner = other
+    h2h_args = predictor_accuracy.argparse.Namespace(
+        target=str(tiny_models[0]), max_tokens=8, h2h_repeats=2, vllm_python=fake_vllm
+    )
+    logs = tmp_path / "h2h"
+    h2h = predictor_accuracy.serving_head_to_head(str(workload), predictive, exhaustive, h2h_args, logs)
+    a, b = other, exhaustive.decision.winner
+    assert [(launch["variant"], launch["repeat"]) for launch in h2h["launches"]] == [(a, 0), (b, 0), (b, 1), (a, 1)]
+    assert len(list(logs.glob("*.log"))) == 4  # every pass on a server of its own
+    assert h2h["requests"] == 3
+    ratio = h2h["ratio"]
+    assert 0 < ratio["low"] <= ratio["value"] <= ratio["high"]
+    assert h2h["predictive_tokens_per_s"] > 0
+    assert h2h["exhaustive_tokens_per_s"] > 0

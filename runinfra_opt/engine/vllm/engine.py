@@ -388,6 +388,10 @@ class VllmEngine:
             "cpu": cpu_model_name(),
         }
 
+    def stop_server(self) -> None:
+        """Stop the running server, if any: the next request launches a fresh one, even for the same variant."""
+        self._stop_server()
+
     def close(self) -> None:
         try:
             self._stop_server()
