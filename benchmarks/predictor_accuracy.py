@@ -48,7 +48,7 @@ from typing import Any
 from runinfra_opt.optimize.config import OptimizeConfig, parse_repeats
 from runinfra_opt.optimize.pipeline import run_optimize
 from runinfra_opt.report.accuracy import family_rankings, level_prediction_errors, prediction_errors
-from runinfra_opt.results import Interval, RunResults
+from runinfra_opt.results import Interval, RunResults, load_results
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 
@@ -351,6 +351,10 @@ def main() -> int:
     parser.add_argument("--load", default="concurrency:4", help="vllm: the load levels (optimize --load).")
     parser.add_argument("--vllm-python", default=None, help="vllm: a vLLM environment's python (default: installed).")
     parser.add_argument(
+        "--h2h-of", type=Path, default=None,
+        help="vllm: only the head-to-head, of the runs recorded in this --raw-dir of an earlier report.",
+    )  # fmt: skip
+    parser.add_argument(
         "--out", type=Path, default=RESULTS_DIR / f"predictor_accuracy-{stamp}.json", help="The report (JSON)."
     )
     parser.add_argument(
@@ -456,6 +460,16 @@ def _main_vllm(args: argparse.Namespace, report: dict[str, Any], root: Path) -> 
     """Both strategies on vLLM per workload (the step costs are measured inside each run: they are part of what
     predictive costs)."""
     for workload in _workload_names(args.workloads):
+        if args.h2h_of is not None:  # the head-to-head only, of two recorded runs
+            predictive = load_results(args.h2h_of / f"{Path(workload).stem}-predictive" / "results.json")
+            exhaustive = load_results(args.h2h_of / f"{Path(workload).stem}-exhaustive" / "results.json")
+            log_dir = root / f"{Path(workload).stem}-head-to-head"
+            report["workloads"][workload] = {
+                "of": str(args.h2h_of),
+                "head_to_head": serving_head_to_head(workload, predictive, exhaustive, args, log_dir),
+            }
+            _save(report, args)
+            continue
         predictive, predictive_s = run_one(workload, "predictive", args, root)
         exhaustive, exhaustive_s = run_one(workload, "exhaustive", args, root)
         entry = serving_entry(predictive, exhaustive, predictive_s, exhaustive_s)
@@ -468,6 +482,11 @@ def _main_vllm(args: argparse.Namespace, report: dict[str, Any], root: Path) -> 
     _save(report, args)
     print("\nsummary:")
     for workload, entry in report["workloads"].items():
+        h2h = entry.get("head_to_head")
+        if h2h is not None:
+            print(f"  {workload}: head to head {h2h['predictive_winner']} / {h2h['exhaustive_winner']}: {h2h['ratio']}")
+        if "predictive" not in entry:
+            continue
         p, e, inside = entry["predictive"], entry["exhaustive"], entry["predictive_winner_inside_exhaustive"]
         print(
             f"  {workload}: predictive {p['winner']} ({len(p['servers'])} servers, {p['wall_s']} s), exhaustive "

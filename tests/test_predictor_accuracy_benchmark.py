@@ -121,3 +121,21 @@ def test_serving_head_to_head_alternates_fresh_launches(
     assert 0 < ratio["low"] <= ratio["value"] <= ratio["high"]
     assert h2h["predictive_tokens_per_s"] > 0
     assert h2h["exhaustive_tokens_per_s"] > 0
+
+    # --h2h-of: the head-to-head alone, of two runs recorded under an earlier --raw-dir (here one run twice: the
+    # same winner, nothing to launch), written into the report.
+    import shutil
+
+    recorded = tmp_path / "recorded"
+    for strategy in ("predictive", "exhaustive"):
+        shutil.copytree(run_dir, recorded / f"tiny-{strategy}")
+    out = tmp_path / "h2h.json"
+    argv = ["predictor_accuracy.py", "--engine", "vllm", "--vllm-python", fake_vllm, "--workloads", str(workload),
+            "--target", str(tiny_models[0]), "--h2h-of", str(recorded), "--out", str(out),
+            "--raw-dir", str(tmp_path / "raw2")]  # fmt: skip
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(sys, "argv", argv)
+        assert predictor_accuracy.main() == 0
+    entry = json.loads(out.read_text())["workloads"][str(workload)]
+    assert entry["of"] == str(recorded)
+    assert entry["head_to_head"]["note"] == "same winner: nothing to measure"
