@@ -116,13 +116,11 @@ def _interval(interval: Interval | None) -> dict[str, float] | None:
     return {"value": round(interval.value, 4), "low": round(interval.low, 4), "high": round(interval.high, 4)}
 
 
-def head_to_head(
-    workload: str, predictive: RunResults, exhaustive: RunResults, args: argparse.Namespace
-) -> dict[str, Any]:
-    """The predictive winner against the exhaustive winner on the same requests, interleaved in one process:
-    their tokens/s ratio (predictive / exhaustive) with a 95% paired bootstrap interval."""
-    from runinfra_opt import stats
-    from runinfra_opt.engine.hf import open_engine
+def _the_two_winners(
+    workload: str, predictive: RunResults, exhaustive: RunResults, max_tokens: int
+) -> tuple[dict[str, Any], tuple[Any, Any] | None, list[Any]]:
+    """The head-to-head's entry so far, the two winners' variants (None: the same winner, nothing to measure) and
+    the predictive run's requests."""
     from runinfra_opt.methods import Variant
     from runinfra_opt.workload import load_workload
 
@@ -136,14 +134,28 @@ def head_to_head(
         entry["warning"] = "the two runs used different requests; the head-to-head uses the predictive run's"
     if p_name == e_name:
         entry.update(ratio={"value": 1.0, "low": 1.0, "high": 1.0}, note="same winner: nothing to measure")
-        return entry
+        return entry, None, []
     p_result, e_result = predictive.variant(p_name), exhaustive.variant(e_name)
     assert p_result is not None
     assert e_result is not None
-    p_variant, e_variant = Variant.from_dict(p_result.variant), Variant.from_dict(e_result.variant)
-    workload_data = load_workload(workload, default_max_tokens=args.max_tokens)
     wanted = set(predictive.plan.request_ids)
-    requests = [r for r in workload_data.requests if r.id in wanted]
+    requests = [r for r in load_workload(workload, default_max_tokens=max_tokens).requests if r.id in wanted]
+    return entry, (Variant.from_dict(p_result.variant), Variant.from_dict(e_result.variant)), requests
+
+
+def head_to_head(
+    workload: str, predictive: RunResults, exhaustive: RunResults, args: argparse.Namespace
+) -> dict[str, Any]:
+    """The predictive winner against the exhaustive winner on the same requests, interleaved in one process:
+    their tokens/s ratio (predictive / exhaustive) with a 95% paired bootstrap interval."""
+    from runinfra_opt import stats
+    from runinfra_opt.engine.hf import open_engine
+
+    entry, pair, requests = _the_two_winners(workload, predictive, exhaustive, args.max_tokens)
+    if pair is None:
+        return entry
+    p_variant, e_variant = pair
+    p_name, e_name = p_variant.name, e_variant.name
     records: dict[str, list[Any]] = {p_name: [], e_name: []}
     start = time.perf_counter()
     with open_engine(args.target, threads=args.threads) as engine:
@@ -179,25 +191,12 @@ def serving_head_to_head(
     between two servers carries: each launch's own speed."""
     from runinfra_opt import stats
     from runinfra_opt.engine.registry import open_engine
-    from runinfra_opt.methods import Variant
-    from runinfra_opt.workload import load_workload
 
-    assert predictive.decision is not None
-    assert exhaustive.decision is not None
-    assert predictive.plan is not None
-    p_name, e_name = predictive.decision.winner, exhaustive.decision.winner
-    entry: dict[str, Any] = {"predictive_winner": p_name, "exhaustive_winner": e_name}
-    if p_name == e_name:
-        entry.update(ratio={"value": 1.0, "low": 1.0, "high": 1.0}, note="same winner: nothing to measure")
+    entry, pair, requests = _the_two_winners(workload, predictive, exhaustive, args.max_tokens)
+    if pair is None:
         return entry
-    p_result, e_result = predictive.variant(p_name), exhaustive.variant(e_name)
-    assert p_result is not None
-    assert e_result is not None
-    p_variant, e_variant = Variant.from_dict(p_result.variant), Variant.from_dict(e_result.variant)
-    wanted = set(predictive.plan.request_ids)
-    requests = [
-        r for r in load_workload(workload, default_max_tokens=args.max_tokens).requests if r.id in wanted
-    ]
+    p_variant, e_variant = pair
+    p_name, e_name = p_variant.name, e_variant.name
     records: dict[str, list[Any]] = {p_name: [], e_name: []}
     launches = []
     start = time.perf_counter()

@@ -55,12 +55,13 @@ def _tiny_workload(tmp_path: Path, n: int) -> Path:
     return path
 
 
-def _optimize_args(tiny_models: tuple[Path, Path], tmp_path: Path, requests: int) -> list[str]:
+def _optimize_args(tiny_models: tuple[Path, Path], tmp_path: Path, requests: int, repeats: int = 1) -> list[str]:
     target, draft = tiny_models
     return [
         "optimize", "--workload", str(_tiny_workload(tmp_path, requests)), "--target", str(target),
         "--draft", str(draft), "--lookahead", "2,4", "--ngram-max", "2", "--exit-layers", "2", "--confirm", "2",
-        "--repeats", "1", "--threads", "1", "--run-dir", str(tmp_path / "run"), "--out", str(tmp_path / "m.yaml"),
+        "--repeats", str(repeats), "--threads", "1", "--run-dir", str(tmp_path / "run"),
+        "--out", str(tmp_path / "m.yaml"),
     ]  # fmt: skip
 
 
@@ -157,7 +158,8 @@ def _cancel_and_resume(
     with `--resume` (in-process) and check that nothing kept was timed again."""
     results_file = tmp_path / "run" / "results.json"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "runinfra_opt", *_optimize_args(tiny_models, tmp_path, 8)],
+        # 3 repeats: the confirmation lasts seconds, not one (a loaded CI machine once saw it end before the signal)
+        [sys.executable, "-m", "runinfra_opt", *_optimize_args(tiny_models, tmp_path, 8, repeats=3)],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
     deadline = time.monotonic() + 600
