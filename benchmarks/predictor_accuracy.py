@@ -143,19 +143,37 @@ def _the_two_winners(
     return entry, (Variant.from_dict(p_result.variant), Variant.from_dict(e_result.variant)), requests
 
 
+def _ratio_entry(
+    entry: dict[str, Any], records: dict[str, list[Any]], p_name: str, e_name: str, requests: int, repeats: int,
+    start: float, *, note: str, **extra: Any,
+) -> dict[str, Any]:
+    """A head-to-head's figures: both winners' tokens/s and their paired ratio with its 95% interval."""
+    from runinfra_opt import stats
+
+    entry.update(
+        requests=requests,
+        repeats=repeats,
+        **extra,
+        wall_s=round(time.perf_counter() - start, 1),
+        predictive_tokens_per_s=round(stats.tokens_per_s(records[p_name]), 2),
+        exhaustive_tokens_per_s=round(stats.tokens_per_s(records[e_name]), 2),
+        ratio=_interval(stats.throughput_ratio(records[p_name], records[e_name], seed=0)),
+        note=note,
+    )
+    return entry
+
+
 def head_to_head(
     workload: str, predictive: RunResults, exhaustive: RunResults, args: argparse.Namespace
 ) -> dict[str, Any]:
     """The predictive winner against the exhaustive winner on the same requests, interleaved in one process:
     their tokens/s ratio (predictive / exhaustive) with a 95% paired bootstrap interval."""
-    from runinfra_opt import stats
     from runinfra_opt.engine.hf import open_engine
 
     entry, pair, requests = _the_two_winners(workload, predictive, exhaustive, args.max_tokens)
     if pair is None:
         return entry
-    p_variant, e_variant = pair
-    p_name, e_name = p_variant.name, e_variant.name
+    (p_variant, e_variant), (p_name, e_name) = pair, (pair[0].name, pair[1].name)
     records: dict[str, list[Any]] = {p_name: [], e_name: []}
     start = time.perf_counter()
     with open_engine(args.target, threads=args.threads) as engine:
@@ -168,17 +186,8 @@ def head_to_head(
                 for variant in order:
                     record = engine.generate(request, variant, max_tokens=args.max_tokens, repeat=repeat)
                     records[variant.name].append(record)
-    ratio = stats.throughput_ratio(records[p_name], records[e_name], seed=0)
-    entry.update(
-        requests=len(requests),
-        repeats=args.h2h_repeats,
-        wall_s=round(time.perf_counter() - start, 1),
-        predictive_tokens_per_s=round(stats.tokens_per_s(records[p_name]), 2),
-        exhaustive_tokens_per_s=round(stats.tokens_per_s(records[e_name]), 2),
-        ratio=_interval(ratio),
-        note="predictive winner's tokens/s over the exhaustive winner's, paired by request and repeat",
-    )
-    return entry
+    return _ratio_entry(entry, records, p_name, e_name, len(requests), args.h2h_repeats, start,
+                        note="predictive winner's tokens/s over the exhaustive winner's, paired by request and repeat")
 
 
 def serving_head_to_head(
@@ -191,17 +200,15 @@ def serving_head_to_head(
     between two servers carries: each launch's own speed."""
     from runinfra_opt import stats
     from runinfra_opt.engine.registry import open_engine
+    from runinfra_opt.engine.vllm.engine import VllmEngine
 
     entry, pair, requests = _the_two_winners(workload, predictive, exhaustive, args.max_tokens)
     if pair is None:
         return entry
-    p_variant, e_variant = pair
-    p_name, e_name = p_variant.name, e_variant.name
+    (p_variant, e_variant), (p_name, e_name) = pair, (pair[0].name, pair[1].name)
     records: dict[str, list[Any]] = {p_name: [], e_name: []}
     launches = []
     start = time.perf_counter()
-    from runinfra_opt.engine.vllm.engine import VllmEngine
-
     engine = open_engine("vllm", args.target, log_dir=log_dir, seed=0,
                          **({"vllm_python": args.vllm_python} if args.vllm_python else {}))  # fmt: skip
     assert isinstance(engine, VllmEngine)
@@ -220,19 +227,11 @@ def serving_head_to_head(
                 )  # fmt: skip
     finally:
         engine.close()
-    ratio = stats.throughput_ratio(records[p_name], records[e_name], seed=0)
-    entry.update(
-        requests=len(requests),
-        repeats=args.h2h_repeats,
-        launches=launches,
-        wall_s=round(time.perf_counter() - start, 1),
-        predictive_tokens_per_s=round(stats.tokens_per_s(records[p_name]), 2),
-        exhaustive_tokens_per_s=round(stats.tokens_per_s(records[e_name]), 2),
-        ratio=_interval(ratio),
+    return _ratio_entry(
+        entry, records, p_name, e_name, len(requests), args.h2h_repeats, start, launches=launches,
         note="predictive winner's tokens/s over the exhaustive winner's at batch 1, on alternating fresh launches, "
         "paired by request and launch",
     )
-    return entry
 
 
 def _decision_entry(results: RunResults, wall_s: float) -> dict[str, Any]:
