@@ -304,3 +304,18 @@ def test_an_engine_that_cannot_interleave_gets_the_certainty_without_added_repea
     assert not state.results.certainty.clear
     assert "No repeats added: the fake engine times variant by variant" in state.results.certainty.summary
     assert state.plan.added == []
+
+
+def test_calibration_times_each_method_at_its_smallest_middle_and_largest_lookahead() -> None:
+    """The round terms are fitted from runs at several lookaheads (the cost per drafted token needs a spread),
+    each with the representative's other settings (max n-gram size 2 here), not the first variant found at that
+    lookahead (n1)."""
+    from runinfra_opt.optimize.phases.profile import _calibration_variants
+
+    space = [Variant("baseline"), *(Variant("ngram", lookahead=k, ngram_max=1) for k in (1, 8))]
+    space += [Variant("ngram", lookahead=k, ngram_max=2) for k in (1, 2, 4, 8)]
+    space += [Variant("early_exit", lookahead=k, exit_layer=3) for k in (2, 3)]
+    names = [v.name for v in _calibration_variants(space)]
+    assert names == ["ngram-n2-k4", "ngram-n2-k1", "ngram-n2-k8", "early_exit-l3-k3", "early_exit-l3-k2"]
+    # one lookahead in the space: one variant, as before
+    assert [v.name for v in _calibration_variants([Variant("ngram", lookahead=2, ngram_max=2)])] == ["ngram-n2-k2"]

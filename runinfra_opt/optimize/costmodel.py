@@ -5,17 +5,19 @@ Built from measured samples (`engine.hf_cost` measures them on this device): per
 formula: on a CPU verification is not free and the time is not monotonic in k), an optional slope in the
 context length, and prefill times over prompt lengths (piecewise linear). The baseline's own timings then
 calibrate the target's time to first token over prompt length and the generate loop's per-step overhead
-(`calibrate_overheads`); a few timed speculative requests calibrate a per-round overhead per method
-(`calibrate_round_overhead`). A method whose candidate search costs differ between its variants and grow with the
-context (prompt lookup scans the sequence once per n-gram size it tries) has a measured search table
-(`SearchCost`, role `search:<method>`), charged per round from the simulated search widths.
+(`calibrate_overheads`); a few timed speculative requests at two or more lookaheads calibrate, per method, a
+round overhead and a cost per drafted token on top of it (`calibrate_round_overhead`). A method whose candidate
+search costs differ between its variants and grow with the context (prompt lookup scans the sequence once per
+n-gram size it tries) has a measured search table (`SearchCost`, role `search:<method>`), charged per round from
+the simulated search widths.
 
 `predict_request` turns a `SimResult` into (TTFT, end-to-end) seconds:
 - TTFT = overhead + [draft prefill of the prompt + the draft's further steps of round 0] + the target's
   prefill over prompt + round-0 candidates;
 - e2e = TTFT + for every later round: T(chunk, context) + the draft's steps (its first forward of a round
   re-reads 2 tokens, then 1 each) + step overheads;
-- every round (round 0's in TTFT) adds its candidate search, when the method has a search table.
+- every round (round 0's in TTFT) adds its candidate search, when the method has a search table, and the
+  method's calibrated round overhead plus its cost per drafted token times the round's drafted tokens.
 """
 
 from __future__ import annotations
@@ -182,6 +184,10 @@ class CostModel:
     round_overhead_s: dict[str, float] = field(default_factory=dict)
     """Extra cost of one speculative round per method (`draft`, `early_exit`, `ngram`): candidate generation
     bookkeeping, the draft's own generate() call, cache crops. 0 until calibrated."""
+    drafted_token_overhead_s: dict[str, float] = field(default_factory=dict)
+    """Extra cost per token drafted in a round, per method, on top of `round_overhead_s` (may be negative: it also
+    corrects the tables' cost of a round that grows with its drafted tokens). 0 until calibrated from runs at two
+    or more lookaheads."""
     search: dict[str, SearchCost] = field(default_factory=dict)
     """Measured candidate-search cost per method (`SearchCost`), for methods whose variants search differently."""
 
@@ -201,6 +207,7 @@ class CostModel:
             "request_overhead_s": self.request_overhead_s,
             "step_overhead_s": self.step_overhead_s,
             "round_overhead_s": dict(self.round_overhead_s),
+            "drafted_token_overhead_s": dict(self.drafted_token_overhead_s),
             "search": {method: search.to_dict() for method, search in sorted(self.search.items())},
         }
 
@@ -211,6 +218,7 @@ class CostModel:
             request_overhead_s=float(data.get("request_overhead_s", 0.0)),
             step_overhead_s=float(data.get("step_overhead_s", 0.0)),
             round_overhead_s={k: float(v) for k, v in data.get("round_overhead_s", {}).items()},
+            drafted_token_overhead_s={k: float(v) for k, v in data.get("drafted_token_overhead_s", {}).items()},
             search={k: SearchCost.from_dict(v) for k, v in data.get("search", {}).items()},
         )
 
@@ -291,10 +299,13 @@ class Observation:
     e2e_s: float
 
 
-def _theil_sen(points: Sequence[tuple[float, float]]) -> tuple[float, float]:
-    """Robust line through (x, y): the median of pairwise slopes (clamped at >= 0), then the median intercept."""
+def _theil_sen(points: Sequence[tuple[float, float]], min_slope: float | None = 0.0) -> tuple[float, float]:
+    """Robust line through (x, y): the median of pairwise slopes (clamped at >= `min_slope` unless None), then
+    the median intercept."""
     slopes = [(y1 - y0) / (x1 - x0) for i, (x0, y0) in enumerate(points) for x1, y1 in points[i + 1 :] if x1 != x0]
-    slope = max(statistics.median(slopes), 0.0) if slopes else 0.0
+    slope = statistics.median(slopes) if slopes else 0.0
+    if min_slope is not None:
+        slope = max(slope, min_slope)
     return statistics.median(y - slope * x for x, y in points), slope
 
 
@@ -338,6 +349,7 @@ def calibrate_overheads(cost: CostModel, baseline: Iterable[Observation]) -> Cos
         request_overhead_s=request_overhead,
         step_overhead_s=step_overhead,
         round_overhead_s=dict(cost.round_overhead_s),
+        drafted_token_overhead_s=dict(cost.drafted_token_overhead_s),
         search=dict(cost.search),
     )
 
@@ -368,7 +380,12 @@ def predict_request(
     step = cost.step_overhead_s
     role_name = role_for(variant)
     drafter = cost.role(role_name) if role_name else None
-    round_extra = cost.round_overhead_s.get(variant.method, 0.0) if variant.is_speculative else 0.0
+    per_round = cost.round_overhead_s.get(variant.method, 0.0) if variant.is_speculative else 0.0
+    per_drafted = cost.drafted_token_overhead_s.get(variant.method, 0.0) if variant.is_speculative else 0.0
+
+    def round_extra(drafted: float) -> float:
+        return per_round + per_drafted * drafted
+
     search = cost.search.get(variant.method) if variant.is_speculative else None
     if sim.output_tokens == 0:
         return cost.request_overhead_s, cost.request_overhead_s
@@ -383,7 +400,7 @@ def predict_request(
 
     # Round 0: draft prefill + its further steps, then the target's prefill over prompt + candidates.
     first_drafted = sim.first_chunk - 1
-    ttft = cost.request_overhead_s + round_extra + search_s(0)
+    ttft = cost.request_overhead_s + round_extra(first_drafted) + search_s(0)
     if drafter is not None and first_drafted > 0:
         ttft += drafter.prefill(prompt_len) + step
         ttft += sum(max(drafter.forward(1, prompt_len + j) + step, 0.0) for j in range(1, first_drafted))
@@ -395,39 +412,58 @@ def predict_request(
     decode = 0.0
     if isinstance(sim, SimResult):
         for i, (chunk, context) in enumerate(rounds[1:], start=1):
-            decode += max(target.forward(chunk, context) + step, 0.0) + round_extra + search_s(i)
+            decode += max(max(target.forward(chunk, context) + step, 0.0) + round_extra(chunk - 1), 0.0) + search_s(i)
             if drafter is not None:
                 decode += _draft_round(drafter, chunk - 1, context, step)
     else:
         # Expected counts: chunk sizes are known in expectation only; use the mean context.
         context = prompt_len + sim.output_tokens // 2
         for chunk, weight in sim.later_chunks.items():
-            per_round = max(target.forward(chunk, context) + step, 0.0) + round_extra
+            one = max(max(target.forward(chunk, context) + step, 0.0) + round_extra(chunk - 1), 0.0)
             if drafter is not None:
-                per_round += _draft_round(drafter, chunk - 1, context, step)
-            decode += weight * per_round
+                one += _draft_round(drafter, chunk - 1, context, step)
+            decode += weight * one
     return ttft, ttft + decode
+
+
+MIN_DRAFTED_SPREAD = 0.5
+"""Drafted tokens per target pass that the calibration runs must span (max - min) before a cost per drafted token
+is fitted; over a narrower span the slope is noise, and one overhead per round is fitted instead."""
 
 
 def calibrate_round_overhead(
     cost: CostModel, method: str, runs: Iterable[tuple[SimResult, int, Variant, float]]
 ) -> CostModel:
-    """Set `round_overhead_s[method]` from measured speculative runs: (sim, prompt_len, variant, measured e2e).
-    The median of (measured - predicted without round overhead) / target passes."""
+    """Set `round_overhead_s[method]` and `drafted_token_overhead_s[method]` from measured speculative runs:
+    (sim, prompt_len, variant, measured e2e). Each run gives a point (drafted tokens per target pass, (measured -
+    predicted without these terms) per target pass); a robust line through them (Theil-Sen, the slope may be
+    negative) gives the cost per round (intercept) and per drafted token (slope). The variants of one method
+    differ in how many tokens they draft a round (the lookahead, the matches found), and on this CPU a round costs
+    more with more drafted tokens than the forward table says (every drafted position's logits are processed in
+    `generate`). When the runs span less than `MIN_DRAFTED_SPREAD` drafted tokens a pass (one lookahead), only
+    the round overhead is fitted: the median, at least 0."""
     base = CostModel(
         roles=cost.roles,
         request_overhead_s=cost.request_overhead_s,
         step_overhead_s=cost.step_overhead_s,
         round_overhead_s={k: v for k, v in cost.round_overhead_s.items() if k != method},
+        drafted_token_overhead_s={k: v for k, v in cost.drafted_token_overhead_s.items() if k != method},
         search=dict(cost.search),
     )
-    residuals = []
+    points = []
     for sim, prompt_len, variant, e2e in runs:
         if sim.target_passes:
             _, predicted = predict_request(sim, prompt_len, base, variant)
-            residuals.append((e2e - predicted) / sim.target_passes)
-    if residuals:
-        base.round_overhead_s[method] = max(statistics.median(residuals), 0.0)
+            points.append((sim.drafted / sim.target_passes, (e2e - predicted) / sim.target_passes))
+    if not points:
+        return base
+    xs = [x for x, _ in points]
+    if len(points) >= 2 and max(xs) - min(xs) >= MIN_DRAFTED_SPREAD:
+        intercept, slope = _theil_sen(points, min_slope=None)
+        base.round_overhead_s[method] = intercept
+        base.drafted_token_overhead_s[method] = slope
+    else:
+        base.round_overhead_s[method] = max(statistics.median(y for _, y in points), 0.0)
     return base
 
 

@@ -4,7 +4,8 @@ Reads `state.requests`, `state.engine` (its `PROFILE` capability), `state.space`
 teacher-forced pass of each variant's drafter (every early-exit layer from one target pass) over prompt +
 baseline output: per request the agreement flags (greedy requests, `results.profile["agreement"]`) or the acceptance
 probabilities (sampled requests, `results.profile["acceptance"]`); then a short calibration run per speculative
-method (`results.profile["calibration"]`: the generate loop's per-round overhead), for both strategies, so that
+method at its smallest, middle and largest lookahead (`results.profile["calibration"]`: the generate loop's cost
+per round and per drafted token), for both strategies, so that
 the predictions an exhaustive run checks are those of the predictor `--strategy predictive` ships. Each role and
 each calibration run is saved as it finishes; a resume does only the rest.
 """
@@ -12,6 +13,7 @@ each calibration run is saved as it finishes; a resume does only the rest.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 from runinfra_opt.methods import Variant
@@ -77,20 +79,36 @@ def run(state: RunState) -> None:
 
 
 def _calibration_variants(space: Sequence[Variant]) -> list[Variant]:
-    """One representative variant per speculative method: the lookahead closest to 4."""
-    chosen: dict[str, Variant] = {}
+    """Per speculative method, the variants whose timed runs calibrate its round terms: the lookahead closest to
+    4 (the representative), and the smallest and the largest lookahead of the space with the representative's
+    other settings when the space has them (else the first variant with that lookahead). Runs at several
+    lookaheads separate the cost per round from the cost per drafted token (`calibrate_round_overhead`)."""
+    by_method: dict[str, list[Variant]] = {}
     for v in space:
-        if not v.is_speculative:
-            continue
-        best = chosen.get(v.method)
-        if best is None or abs(v.lookahead - CALIBRATION_LOOKAHEAD) < abs(best.lookahead - CALIBRATION_LOOKAHEAD):
-            chosen[v.method] = v
-    return list(chosen.values())
+        if v.is_speculative:
+            by_method.setdefault(v.method, []).append(v)
+    chosen: list[Variant] = []
+    for variants in by_method.values():
+        representative = min(variants, key=lambda v: abs(v.lookahead - CALIBRATION_LOOKAHEAD))
+        picks = [representative]
+        for lookahead in (min(v.lookahead for v in variants), max(v.lookahead for v in variants)):
+            if any(p.lookahead == lookahead for p in picks):
+                continue
+            same = [v for v in variants if v.lookahead == lookahead and _siblings(v, representative)]
+            picks.append(same[0] if same else next(v for v in variants if v.lookahead == lookahead))
+        chosen.extend(picks)
+    return chosen
+
+
+def _siblings(a: Variant, b: Variant) -> bool:
+    """The same variant but for the lookahead."""
+    return replace(a, lookahead=b.lookahead) == b
 
 
 def _calibrate(state: RunState) -> None:
-    """Time one representative variant per method on a couple of short requests: the generate loop's extra
-    cost per speculative round (candidate generation, the draft's own generate call) is fitted from them."""
+    """Time a few variants per method (`_calibration_variants`) on a couple of short requests: the generate
+    loop's extra cost per speculative round (candidate generation, the draft's own generate call) and per drafted
+    token are fitted from them."""
     assert state.engine is not None
     assert state.cost is not None
     results = state.results
