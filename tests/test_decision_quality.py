@@ -270,6 +270,19 @@ def test_equivalent_candidates_are_clear_enough(tmp_path: Path) -> None:
     assert more == []
 
 
+def test_the_leader_is_the_variant_the_decision_picks_from_a_tie(tmp_path: Path) -> None:
+    """Within 1% of the fastest the simpler variant wins the decision (`select`); the certainty speaks of it, with
+    the faster one as its runner-up, not of the fastest."""
+    state = _state(tmp_path, leader=[2.50], runner=[2.52])  # k 4 0.8% faster than k 2: a tie, k 2 wins
+    certainty, _ = extend.assess(state)
+    assert certainty.leader == RUNNER.name
+    assert certainty.runner_up == LEADER.name
+    assert certainty.summary.startswith(f"clear: {RUNNER.name} vs the baseline")
+    # 2% apart is no tie: the fastest leads
+    certainty, _ = extend.assess(_state(tmp_path, leader=[2.45], runner=[2.50]))
+    assert certainty.leader == LEADER.name
+
+
 def test_a_lossy_candidate_is_never_the_leader(tmp_path: Path) -> None:
     state = _state(tmp_path, leader=[2.0], runner=[4.0])
     for record in state.variant_result(LEADER).measured_requests[:1]:
