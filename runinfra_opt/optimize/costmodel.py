@@ -309,6 +309,16 @@ def _theil_sen(points: Sequence[tuple[float, float]], min_slope: float | None = 
     return statistics.median(y - slope * x for x, y in points), slope
 
 
+def _copy(cost: CostModel, **changes: Any) -> CostModel:
+    """`cost` with `changes`, its per-method dicts copied (a calibration never alters the model it starts from)."""
+    fresh: dict[str, Any] = {
+        "round_overhead_s": dict(cost.round_overhead_s),
+        "drafted_token_overhead_s": dict(cost.drafted_token_overhead_s),
+        "search": dict(cost.search),
+    }
+    return replace(cost, **(fresh | changes))
+
+
 def calibrate_overheads(cost: CostModel, baseline: Iterable[Observation]) -> CostModel:
     """Calibrate the target's time to first token and the per-step overhead from measured greedy baseline
     requests (the same requests, on the same machine, that the prediction is for).
@@ -344,14 +354,8 @@ def calibrate_overheads(cost: CostModel, baseline: Iterable[Observation]) -> Cos
         # the correction may take back at most 80% of it, so no predicted step shrinks to nothing (a zero
         # predicted time would make throughput infinite).
         step_overhead = max(step_overhead, -0.8 * statistics.median(one_token))
-    return CostModel(
-        roles={**cost.roles, "target": target},
-        request_overhead_s=request_overhead,
-        step_overhead_s=step_overhead,
-        round_overhead_s=dict(cost.round_overhead_s),
-        drafted_token_overhead_s=dict(cost.drafted_token_overhead_s),
-        search=dict(cost.search),
-    )
+    return _copy(cost, roles={**cost.roles, "target": target}, request_overhead_s=request_overhead,
+                 step_overhead_s=step_overhead)  # fmt: skip
 
 
 def _rounds(sim: SimResult, prompt_len: int) -> list[tuple[int, int]]:
@@ -383,8 +387,9 @@ def predict_request(
     per_round = cost.round_overhead_s.get(variant.method, 0.0) if variant.is_speculative else 0.0
     per_drafted = cost.drafted_token_overhead_s.get(variant.method, 0.0) if variant.is_speculative else 0.0
 
-    def round_extra(drafted: float) -> float:
-        return per_round + per_drafted * drafted
+    def verify(chunk: int, context: int) -> float:
+        """A later round's target pass with its step overhead and round terms (never below 0)."""
+        return max(max(target.forward(chunk, context) + step, 0.0) + per_round + per_drafted * (chunk - 1), 0.0)
 
     search = cost.search.get(variant.method) if variant.is_speculative else None
     if sim.output_tokens == 0:
@@ -400,7 +405,7 @@ def predict_request(
 
     # Round 0: draft prefill + its further steps, then the target's prefill over prompt + candidates.
     first_drafted = sim.first_chunk - 1
-    ttft = cost.request_overhead_s + round_extra(first_drafted) + search_s(0)
+    ttft = cost.request_overhead_s + per_round + per_drafted * first_drafted + search_s(0)
     if drafter is not None and first_drafted > 0:
         ttft += drafter.prefill(prompt_len) + step
         ttft += sum(max(drafter.forward(1, prompt_len + j) + step, 0.0) for j in range(1, first_drafted))
@@ -412,14 +417,14 @@ def predict_request(
     decode = 0.0
     if isinstance(sim, SimResult):
         for i, (chunk, context) in enumerate(rounds[1:], start=1):
-            decode += max(max(target.forward(chunk, context) + step, 0.0) + round_extra(chunk - 1), 0.0) + search_s(i)
+            decode += verify(chunk, context) + search_s(i)
             if drafter is not None:
                 decode += _draft_round(drafter, chunk - 1, context, step)
     else:
         # Expected counts: chunk sizes are known in expectation only; use the mean context.
         context = prompt_len + sim.output_tokens // 2
         for chunk, weight in sim.later_chunks.items():
-            one = max(max(target.forward(chunk, context) + step, 0.0) + round_extra(chunk - 1), 0.0)
+            one = verify(chunk, context)
             if drafter is not None:
                 one += _draft_round(drafter, chunk - 1, context, step)
             decode += weight * one
@@ -442,14 +447,9 @@ def calibrate_round_overhead(
     more with more drafted tokens than the forward table says (every drafted position's logits are processed in
     `generate`). When the runs span less than `MIN_DRAFTED_SPREAD` drafted tokens a pass (one lookahead), only
     the round overhead is fitted: the median, at least 0."""
-    base = CostModel(
-        roles=cost.roles,
-        request_overhead_s=cost.request_overhead_s,
-        step_overhead_s=cost.step_overhead_s,
-        round_overhead_s={k: v for k, v in cost.round_overhead_s.items() if k != method},
-        drafted_token_overhead_s={k: v for k, v in cost.drafted_token_overhead_s.items() if k != method},
-        search=dict(cost.search),
-    )
+    base = _copy(cost)
+    base.round_overhead_s.pop(method, None)
+    base.drafted_token_overhead_s.pop(method, None)
     points = []
     for sim, prompt_len, variant, e2e in runs:
         if sim.target_passes:
