@@ -155,7 +155,11 @@ class Plan(_Model):
     budget_s: float
     max_tokens: int
     confirm: list[str] | None = None
-    """The variants confirmation times (the baseline first), fixed when confirmation starts."""
+    """The variants confirmation times (the baseline first), fixed when confirmation starts; with `confirm_slots`
+    (serving engines) it grows a candidate at a time, up to that many, and `confirm_stopped` says why it stopped
+    short."""
+    confirm_slots: int | None = None
+    confirm_stopped: str | None = None
     added: list[AddedRepeat] = Field(default_factory=list)
     """Repeats added to the leading candidates by `--repeats auto` until the decision was clear."""
     remeasured: list[int] = Field(default_factory=list)
@@ -421,7 +425,9 @@ class RunResults(_Model):
         return next((v for v in self.variants if v.name == name), None)
 
     def add_note(self, text: str, kind: NoteKind = "info") -> None:
-        self.notes.append(Note(kind=kind, text=text))
+        """Add a note, once: the same text and kind again (a phase re-run on resume) adds nothing."""
+        if not any(n.text == text and n.kind == kind for n in self.notes):
+            self.notes.append(Note(kind=kind, text=text))
 
     def notes_of(self, *kinds: NoteKind) -> list[Note]:
         """The notes of these kinds, in the order written."""

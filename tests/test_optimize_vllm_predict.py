@@ -141,3 +141,48 @@ def test_without_prefix_cache_metrics_every_variant_is_timed(
         "baseline", "vllm_ngram-m1-n3-k2", "vllm_ngram-m1-n3-k4"
     ]  # fmt: skip
     assert any("every variant is timed" in note.text for note in results.notes_of("left_out"))
+
+
+@pytest.mark.quiet
+def test_confirmation_chooses_one_candidate_at_a_time_and_stops_when_none_is_in_reach(
+    runner: CliRunner,
+    fake_vllm: str,
+    tiny_models: tuple[Path, Path],
+    workload: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A speculating server's drafted tokens cost 40 ms each here, which the table measured on the baseline's
+    # server cannot see: before anything speculative is timed every variant is predicted well ahead of the
+    # baseline; once the first candidate has been timed, the speculative terms fitted on it put every other
+    # variant more than 10% behind the measured baseline, so no other server is launched (3 slots).
+    monkeypatch.setenv("FAKE_VLLM_STEP", "table")
+    monkeypatch.setenv("FAKE_VLLM_STEP_COST", json.dumps(COST | {"spec_token": 0.04}))
+    result, results = _optimize(
+        runner, fake_vllm, tiny_models[0], workload, tmp_path,
+        "--lookahead", "2,4,8", "--confirm", "3", "--load", "none", "--max-tokens", "16", "--repeats", "2",
+    )  # fmt: skip
+    assert results.plan is not None
+    assert results.plan.confirm_slots == 3
+    launched = [launch["variant"] for launch in results.launches]
+    assert len(launched) == 2, launched
+    assert results.plan.confirm == launched
+    first = launched[1]
+    ranking = results.profile["ranking_predicted_tokens_per_s"]
+    assert all(ranking[name] > 1.2 * ranking["baseline"] for name in ranking if name != "baseline"), ranking
+    assert first == max((n for n in ranking if n != "baseline"), key=lambda n: ranking[n])  # the first ranking's best
+    baseline = results.variant("baseline")
+    assert baseline is not None
+    assert baseline.measured is not None
+    for vr in results.variants:
+        if vr.name in launched:
+            continue
+        assert vr.predicted is not None
+        assert vr.measured is None
+        assert vr.predicted.tokens_per_s < 0.9 * baseline.measured.tokens_per_s, vr.name  # out of reach, re-fitted
+    assert results.plan.confirm_stopped is not None
+    assert results.plan.confirm_stopped.startswith("confirmation stopped after 1 candidate(s) of 3")
+    assert results.plan.confirm_stopped in [note.text for note in results.notes]
+    assert "2 candidate slot(s) left unused" in " ".join(result.output.split())
+    assert results.decision is not None
+    assert results.decision.winner == "baseline"

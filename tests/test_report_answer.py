@@ -103,3 +103,13 @@ def test_notes_written_as_plain_strings_still_load_as_info(tmp_path: Path) -> No
     assert [(n.kind, n.text) for n in results.notes] == [("info", text) for text in raw["notes"]]
     assert "- Note: manifest written to out/serve.yaml" in render_markdown(results)
     assert json.loads(results.model_dump_json())["notes"][0] == {"kind": "info", "text": raw["notes"][0]}
+
+
+def test_a_note_is_kept_once_however_often_a_rerun_phase_adds_it() -> None:
+    results = report_fixtures.build_results()
+    before = len(results.notes)
+    for _ in range(3):  # e.g. repredict and the summaries, run again on every resume
+        results.add_note("a repeated note")
+        results.add_note("a repeated note", kind="left_out")  # another kind is another note
+    assert len(results.notes) == before + 2
+    assert [n.kind for n in results.notes if n.text == "a repeated note"] == ["info", "left_out"]

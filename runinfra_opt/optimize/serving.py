@@ -175,9 +175,10 @@ def _predicted_records(state: RunState, variant: Variant, run: LevelRun) -> list
     return rows
 
 
-def predict(state: RunState, *, after_confirm: bool = False) -> None:
+def predict(state: RunState, *, after_confirm: bool = False, interim: bool = False) -> None:
     """Every predictable variant at batch 1 (`predicted_requests`, `predicted`) and at every load level
-    (`load_predicted`); see the module's docstring."""
+    (`load_predicted`); see the module's docstring. `interim`: between two candidates of a one-at-a-time
+    confirmation (re-fitted on what is timed so far; the note on a single timed variant is left to the last)."""
     from runinfra_opt.load import Concurrency, level_metrics
     from runinfra_opt.load.predict import predict_level
     from runinfra_opt.optimize import underload
@@ -198,17 +199,18 @@ def predict(state: RunState, *, after_confirm: bool = False) -> None:
             "request_s": calibration.corrections.request_s,
             "fitted_to": "confirmed baseline repeats" if after_confirm else "baseline pass",
         }
-    if after_confirm:
-        results.profile["ranking_predicted_tokens_per_s"] = {
-            v.name: v.predicted.tokens_per_s for v in results.variants if v.predicted is not None
-        }
+    if after_confirm:  # the figures the candidates were first ranked by (kept through interim re-fits and resumes)
+        results.profile.setdefault(
+            "ranking_predicted_tokens_per_s",
+            {v.name: v.predicted.tokens_per_s for v in results.variants if v.predicted is not None},
+        )
     level_runs = _baseline_level_runs(state) if after_confirm else {}
     levels = underload.levels_of(state)
     level_calibrations: dict[str, Calibration | None] = {}
     for level in levels:
         measured = level_runs.get(level.name)
         level_calibrations[level.name] = _calibrate_level(level, base_passes, table, measured)
-    overheads = _spec_overheads(state, table, passes, calibration, variants) if after_confirm else {}
+    overheads = _spec_overheads(state, table, passes, calibration, variants, interim) if after_confirm else {}
     predicted_rows: dict[str, list[RequestRecord]] = {}
     level_tps: dict[str, dict[str, float | None]] = {}
     for variant in variants:
@@ -234,12 +236,11 @@ def predict(state: RunState, *, after_confirm: bool = False) -> None:
             mine, theirs = level_tps[predicted.level].get(variant.name), level_tps[predicted.level].get(BASELINE.name)
             predicted.vs_baseline = mine / theirs if mine and theirs else None
     left = [v.name for v in state.space if not predictable(v)]
-    note = (
-        f"the serving predictor cannot simulate {', '.join(left)} without a drafter profile (the vllm engine has "
-        "none): timed instead"
-    )
-    if left and note not in [n.text for n in results.notes]:
-        results.add_note(note)
+    if left:
+        results.add_note(
+            f"the serving predictor cannot simulate {', '.join(left)} without a drafter profile (the vllm engine "
+            "has none): timed instead"
+        )
 
 
 SPEC_OVERHEAD_KEY = "spec_overhead"
@@ -252,6 +253,7 @@ def _spec_overheads(
     passes: dict[str, list[RequestPasses]],
     calibration: Calibration | None,
     variants: list[Variant],
+    interim: bool = False,
 ) -> dict[str, SpecOverhead]:
     """The speculative step terms per variant (`runinfra_opt.load.overhead`): for a timed variant, fitted on the
     other timed variants' batch-1 requests (held out); for an untimed one, on all of them. Recorded in
@@ -290,13 +292,12 @@ def _spec_overheads(
         "method": "least squares over timed speculative variants' batch-1 requests; a timed variant's own "
         "prediction uses the terms fitted on the others",
     }
-    if len(timed) == 1:
+    if len(timed) == 1 and not interim:
         note = (
             f"only one speculative variant was timed ({timed[0]}): its prediction has no speculative step terms "
             "(they are fitted on the other timed variants); the untimed variants use the terms fitted on it"
         )
-        if note not in [n.text for n in state.results.notes]:
-            state.results.add_note(note)
+        state.results.add_note(note)
     return out
 
 

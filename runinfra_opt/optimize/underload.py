@@ -153,9 +153,7 @@ def measure(state: RunState, variant: Variant) -> None:
             )
         )
         for note in metrics.notes:
-            text = f"{variant.name} under load: {note}"
-            if text not in [n.text for n in state.results.notes]:
-                state.results.add_note(text)
+            state.results.add_note(f"{variant.name} under load: {note}")
         state.save()
         state.reporter.advance(f"{variant.name} {level.name}")
 

@@ -87,4 +87,8 @@ def launches_line(results: RunResults) -> str | None:
     if schedules:
         parts.append(f"{schedules} k schedule")
     of = f"; {predicted} speculative variant(s) predicted from the baseline's server" if predicted else ""
+    plan = results.plan
+    if plan is not None and plan.confirm_slots is not None and plan.confirm_stopped:
+        used = [n for n in plan.confirm or [] if (vr := results.variant(n)) and vr.predicted and n != "baseline"]
+        of += f"; {plan.confirm_slots - len(used)} candidate slot(s) left unused: no other variant was in reach"
     return f"Servers: {len(launches)} launched ({', '.join(parts)}) for {len(results.variants)} variants{of}."

@@ -116,8 +116,7 @@ def time_trials(state: RunState, variants: list[Variant]) -> None:
         f"confirmed on Ray: {len(probe)} trial(s), each a variant timed with its own baseline repeats on one node; "
         "ratios pair within a trial (results.trials says where each ran)"
     )
-    if pairing not in [note.text for note in results.notes]:
-        results.add_note(pairing)
+    results.add_note(pairing)
     if todo_ids:
         rerun = [i for i in todo_ids if i in stored]
         if rerun:

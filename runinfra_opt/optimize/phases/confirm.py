@@ -10,6 +10,7 @@ Fills each confirmed variant's `measured`, `per_category`, `confirmed` and `disq
 
 from __future__ import annotations
 
+from collections.abc import Collection, Sequence
 from typing import Any
 
 from runinfra_opt.errors import EngineError
@@ -53,13 +54,15 @@ def rank_predicted(results: RunResults, config: OptimizeConfig) -> list[VariantR
     return sorted(ranked, key=key)
 
 
-def _level_leaders(results: RunResults, config: OptimizeConfig) -> list[VariantResult]:
+def _level_leaders(
+    results: RunResults, config: OptimizeConfig, timed: Collection[str] = ()
+) -> list[VariantResult]:
     """The serving predictor's best speculative variant at each load level (highest predicted output tokens/s;
-    for `--priority ttft` the lowest predicted TTFT at the percentile), in level order: the candidates that could
-    win a level are measured before the batch-1 ranking fills the remaining slots."""
+    for `--priority ttft` the lowest predicted TTFT at the percentile), in level order, among those not `timed`:
+    the candidates that could win a level are measured before the batch-1 ranking fills the remaining slots."""
     by_level: dict[str, list[tuple[float, VariantResult]]] = {}
     for vr in results.variants:
-        if vr.name == BASELINE.name:
+        if vr.name == BASELINE.name or vr.name in timed:
             continue
         for predicted in vr.load_predicted:
             metrics = predicted.metrics
@@ -91,6 +94,109 @@ def _behaviour(vr: VariantResult) -> tuple[Any, ...]:
     return (variant.method, drafter.role if drafter else None, per_request)
 
 
+def _ranked(state: RunState, taken: Sequence[Variant] = ()) -> list[Variant]:
+    """The predicted candidates, best first (each load level's predicted leader, then the batch-1 ranking), one
+    per behaviour (`_behaviour`); the `taken` variants, and any that behaves as one of them, left out."""
+    by_name = {v.name: v for v in state.space}
+    seen = {_behaviour(vr) for vr in (state.variant_result(v) for v in taken) if vr.predicted is not None}
+    ranked = []
+    leaders = _level_leaders(state.results, state.config, {v.name for v in taken})
+    for vr in leaders + rank_predicted(state.results, state.config):
+        behaviour = _behaviour(vr)
+        if behaviour in seen:
+            continue  # the same passes as a better-ranked (or equally ranked, simpler) candidate, or a timed one
+        seen.add(behaviour)
+        ranked.append(by_name[vr.name])
+    return ranked
+
+
+REACH = {"batch 1": 0.10, "load level": 0.15}
+"""How far below the best measured figure a candidate's prediction may be and still be timed (one-at-a-time
+confirmation): the serving predictor's accuracy targets, |predicted/measured - 1| <= 10% at batch 1 and 15% under
+load. A candidate predicted further behind everywhere cannot be expected to win, and its server is not launched."""
+
+
+def _confirm_sequentially(state: RunState, variants: list[Variant]) -> list[Variant]:
+    """Time the candidates one server at a time, choosing each after the previous was timed: the serving predictor
+    is re-fitted on what has been measured (the confirmed baseline's repeats and levels, the speculative step
+    terms of the timed candidates, which the first ranking could not have: `serving.predict(after_confirm=True)`)
+    and the next candidate is the best-ranked untimed one whose prediction is within `REACH` of the best measured
+    figure at batch 1 or at some load level. Stops after `plan.confirm_slots` candidates or when none is in reach
+    (`plan.confirm_stopped`, and a note). A resume times what is missing of `plan.confirm` and goes on choosing."""
+    from runinfra_opt.optimize import serving
+
+    plan = state.plan
+    assert plan.confirm_slots is not None
+    while True:
+        time_by_variant(state, variants)
+        summarize_measured(state, variants)
+        if sum(1 for v in variants if v.is_speculative and serving.predictable(v)) >= plan.confirm_slots:
+            return variants
+        serving.predict(state, after_confirm=True, interim=True)
+        candidate, behind = None, []
+        for v in _ranked(state, variants):
+            standing = _standing(state, v, variants)
+            if standing is None or any(ratio >= 1 - REACH[kind] for kind, ratio in standing.values()):
+                candidate = v
+                break
+            behind.append(f"{v.name} {max(ratio for _, ratio in standing.values()):.2f}x")
+        if candidate is None:
+            if behind:
+                plan.confirm_stopped = (
+                    f"confirmation stopped after {len(variants) - 1} candidate(s) of {plan.confirm_slots}: no other "
+                    f"variant is predicted within {REACH['batch 1']:.0%} of the best measured figure at batch 1 or "
+                    f"{REACH['load level']:.0%} at a load level (best predicted over best measured: "
+                    f"{', '.join(behind[:3])})"
+                )
+                state.results.add_note(plan.confirm_stopped)
+            state.save()
+            return variants
+        variants.append(candidate)
+        assert plan.confirm is not None
+        plan.confirm.append(candidate.name)
+        state.save()
+
+
+def _standing(state: RunState, variant: Variant, timed: list[Variant]) -> dict[str, tuple[str, float]] | None:
+    """Where `variant`'s prediction stands against the best measured figure among the `timed` variants, at batch
+    1 and at each load level: predicted / best measured tokens/s (`--priority ttft`: best measured TTFT /
+    predicted TTFT at the percentile), >= 1 when predicted to beat it. None when nothing can be compared."""
+    config = state.config
+
+    def score(summary_tps: float | None, ttft: dict[str, float] | None) -> float | None:
+        if config.priority == "ttft":
+            value = (ttft or {}).get(config.percentile)
+            return 1.0 / value if value else None
+        return summary_tps or None
+
+    vr = state.variant_result(variant)
+    mine: dict[str, float | None] = {}
+    if vr.predicted is not None:
+        mine["batch 1"] = score(vr.predicted.tokens_per_s, vr.predicted.ttft_s)
+    for p in vr.load_predicted:
+        mine[p.level] = score(p.metrics.output_tokens_per_s.value if p.metrics.output_tokens_per_s else None,
+                              p.metrics.ttft_s)  # fmt: skip
+    best: dict[str, float] = {}
+    for other in (state.variant_result(v) for v in timed):
+        if other.disqualified or other.failed:
+            continue
+        scores = [("batch 1", score(other.measured.tokens_per_s, other.measured.ttft_s) if other.measured else None)]
+        scores += [
+            (lr.level, score(lr.metrics.output_tokens_per_s.value if lr.metrics.output_tokens_per_s else None,
+                             lr.metrics.ttft_s))
+            for lr in other.load
+        ]  # fmt: skip
+        for place, value in scores:
+            if value is not None:
+                best[place] = max(best.get(place, value), value)
+    out = {
+        place: ("batch 1" if place == "batch 1" else "load level", value / best[place])
+        for place, value in mine.items()
+        if value is not None and place in best
+    }
+    return out or None
+
+
 def _confirm_variants(state: RunState) -> list[Variant]:
     """Baseline + the candidates to time (stored in the plan so a resume times the same ones)."""
     plan = state.plan
@@ -104,16 +210,7 @@ def _confirm_variants(state: RunState) -> list[Variant]:
         chosen = [v for v in state.space if v.is_speculative]
         repeats = plan.repeats
     else:
-        ranked = []
-        seen: set[tuple[Any, ...]] = set()
-        for vr in _level_leaders(state.results, config) + rank_predicted(state.results, config):
-            behaviour = _behaviour(vr)
-            if behaviour in seen:
-                continue  # the same passes as a better-ranked (or equally ranked, simpler) candidate
-            seen.add(behaviour)
-            ranked.append(by_name[vr.name])
-            if len(ranked) == config.confirm:
-                break
+        ranked = _ranked(state)[: config.confirm]
         if serving:
             ranked += unpredicted  # drafts the serving predictor cannot simulate are timed, not dropped
         base = state.baseline_records()
@@ -139,6 +236,11 @@ def _confirm_variants(state: RunState) -> list[Variant]:
                 f"(planned {len(ranked)} x {planned_repeats})"
             )
         chosen = ranked[:count]
+        if serving and config.executor != "ray" and not getattr(state.engine, "interleaves", True):
+            # One server at a time anyway: choose the predicted candidates one by one (`_confirm_sequentially`).
+            predicted = [v for v in chosen if v not in unpredicted]
+            plan.confirm_slots = len(predicted)
+            chosen = predicted[:1] + [v for v in chosen if v in unpredicted]
     plan.confirm = [BASELINE.name] + [v.name for v in chosen]
     plan.repeats = repeats
     state.save()
@@ -153,6 +255,8 @@ def run(state: RunState) -> None:
         from runinfra_opt.optimize.executors.ray_cluster import time_trials
 
         time_trials(state, variants)  # one trial per variant, each with its own baseline repeats on its node
+    elif state.plan.confirm_slots is not None:
+        variants = _confirm_sequentially(state, variants)
     elif not getattr(state.engine, "interleaves", True):
         time_by_variant(state, variants)
     else:
@@ -161,8 +265,7 @@ def run(state: RunState) -> None:
     for trial in results.trials:
         if trial.status == "failed":
             note = f"trial {trial.id} failed after {trial.attempts} attempt(s): {trial.error}"
-            if note not in [n.text for n in results.notes]:
-                results.add_note(note, kind="left_out")
+            results.add_note(note, kind="left_out")
 
 
 def summarize_measured(state: RunState, variants: list[Variant]) -> None:
