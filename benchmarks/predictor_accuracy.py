@@ -32,6 +32,8 @@ tokens/s *inside the exhaustive run* (both measured there, minutes apart at most
 cannot share a server, so each is served on fresh launches, A B then B A, one batch-1 pass over the same requests
 each; their ratio with a 95% interval paired by request and launch carries each launch's own speed, as a
 decision between two servers does. `benchmarks/repredict.py` re-predicts the recorded runs with a later predictor.
+`--exhaustive-of RAW_DIR` runs the predictive strategy only, against the exhaustive runs recorded there (an hour
+per workload saved; the report names them and both runs' baseline speeds, to show whether the machine compares).
 """
 
 from __future__ import annotations
@@ -353,6 +355,11 @@ def main() -> int:
         help="vllm: only the head-to-head, of the runs recorded in this --raw-dir of an earlier report.",
     )  # fmt: skip
     parser.add_argument(
+        "--exhaustive-of", type=Path, default=None,
+        help="vllm: run the predictive strategy only and compare it with the exhaustive runs recorded in this "
+        "--raw-dir of an earlier report (their measurements and wall time; their predictions are theirs).",
+    )  # fmt: skip
+    parser.add_argument(
         "--out", type=Path, default=RESULTS_DIR / f"predictor_accuracy-{stamp}.json", help="The report (JSON)."
     )
     parser.add_argument(
@@ -456,7 +463,15 @@ def main() -> int:
 
 def _main_vllm(args: argparse.Namespace, report: dict[str, Any], root: Path) -> int:
     """Both strategies on vLLM per workload (the step costs are measured inside each run: they are part of what
-    predictive costs)."""
+    predictive costs). With `--exhaustive-of`, the exhaustive run of an earlier report stands in for a new one:
+    its measurements do not depend on the predictor, and its wall time is its recorded `timings_s["total"]`."""
+    from runinfra_opt.engine.registry import open_engine
+
+    # What only the first run would pay, untimed: the converted model, the vLLM environment's first (cold) import.
+    start = time.perf_counter()
+    open_engine("vllm", args.target, log_dir=root / "warm", seed=0,
+                **({"vllm_python": args.vllm_python} if args.vllm_python else {})).close()  # fmt: skip
+    report["warm_s"] = round(time.perf_counter() - start, 1)
     for workload in _workload_names(args.workloads):
         if args.h2h_of is not None:  # the head-to-head only, of two recorded runs
             predictive = load_results(args.h2h_of / f"{Path(workload).stem}-predictive" / "results.json")
@@ -469,9 +484,17 @@ def _main_vllm(args: argparse.Namespace, report: dict[str, Any], root: Path) -> 
             _save(report, args)
             continue
         predictive, predictive_s = run_one(workload, "predictive", args, root)
-        exhaustive, exhaustive_s = run_one(workload, "exhaustive", args, root)
+        if args.exhaustive_of is not None:
+            exhaustive = load_results(args.exhaustive_of / f"{Path(workload).stem}-exhaustive" / "results.json")
+            exhaustive_s = exhaustive.timings_s.get("total", 0.0)
+        else:
+            exhaustive, exhaustive_s = run_one(workload, "exhaustive", args, root)
         entry = serving_entry(predictive, exhaustive, predictive_s, exhaustive_s)
         entry["requests"] = predictive.workload.used_requests if predictive.workload else None
+        if args.exhaustive_of is not None:
+            entry["exhaustive_of"] = str(args.exhaustive_of)
+            entry["predictive"]["baseline_tokens_per_s"] = _tokens_per_s(predictive, "baseline", "measured")
+            entry["exhaustive"]["baseline_tokens_per_s"] = _tokens_per_s(exhaustive, "baseline", "measured")
         _save(report, args, workload, entry)
         if args.h2h_repeats > 0:
             log_dir = root / f"{Path(workload).stem}-head-to-head"
