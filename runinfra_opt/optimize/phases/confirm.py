@@ -117,16 +117,21 @@ load. A candidate predicted further behind everywhere cannot be expected to win,
 
 
 def _confirm_sequentially(state: RunState, variants: list[Variant]) -> list[Variant]:
-    """Time the candidates one server at a time, choosing each after the previous was timed: the serving predictor
-    is re-fitted on what has been measured (the confirmed baseline's repeats and levels, the speculative step
-    terms of the timed candidates, which the first ranking could not have: `serving.predict(after_confirm=True)`)
-    and the next candidate is the best-ranked untimed one whose prediction is within `REACH` of the best measured
-    figure at batch 1 or at some load level. Stops after `plan.confirm_slots` candidates or when none is in reach
-    (`plan.confirm_stopped`, and a note). A resume times what is missing of `plan.confirm` and goes on choosing."""
+    """Time the candidates one server at a time, in the first ranking's order, deciding before each launch whether
+    it is still worth one: the serving predictor is re-fitted on what has been measured (the confirmed baseline's
+    repeats and levels, the speculative step terms of the timed candidates, which the first ranking could not
+    have: `serving.predict(after_confirm=True)`), and the next candidate is the first untimed one of the ranking
+    whose re-fitted prediction is within `REACH` of the best measured figure at batch 1 or at some load level.
+    Stops after `plan.confirm_slots` candidates or when none is in reach (`plan.confirm_stopped`, and a note).
+    The order stays the first ranking's: re-ranked on terms fitted on one or two timed variants, the replay of two
+    recorded exhaustive runs (`benchmarks/confirm_replay.py`) chose no better on json and worse on summarize. A
+    resume (whose predictions are the first ranking's again until re-fitted) times what is missing of
+    `plan.confirm` and goes on choosing."""
     from runinfra_opt.optimize import serving
 
     plan = state.plan
     assert plan.confirm_slots is not None
+    order = _ranked(state)  # before any re-fit: the first ranking
     while True:
         time_by_variant(state, variants)
         summarize_measured(state, variants)
@@ -134,7 +139,8 @@ def _confirm_sequentially(state: RunState, variants: list[Variant]) -> list[Vari
             return variants
         serving.predict(state, after_confirm=True, interim=True)
         candidate, behind = None, []
-        for v in _ranked(state, variants):
+        untimed = {v.name for v in _ranked(state, variants)}  # not timed, nor behaving as a timed one
+        for v in (v for v in order if v.name in untimed):
             standing = _standing(state, v, variants)
             if standing is None or any(ratio >= 1 - REACH[kind] for kind, ratio in standing.values()):
                 candidate = v
