@@ -29,7 +29,7 @@ from typing import Any
 
 from runinfra_opt.optimize.config import OptimizeConfig
 from runinfra_opt.optimize.pipeline import run_optimize
-from runinfra_opt.report.accuracy import level_prediction_errors, prediction_errors
+from runinfra_opt.report.accuracy import family_rankings, level_prediction_errors, prediction_errors
 from runinfra_opt.results import RunResults, load_results
 
 
@@ -46,6 +46,7 @@ def _errors(results: RunResults) -> dict[str, Any]:
         "batch1_mean_error": round(sum(speculative) / len(speculative), 4) if speculative else None,
         "levels_within_15pct": f"{sum(e <= 0.15 for e in loaded)}/{len(loaded)}",
         "levels_mean_error": round(sum(loaded) / len(loaded), 4) if loaded else None,
+        "kendall_tau": {f.method: f.to_dict()["kendall_tau"] for f in family_rankings(results)},
     }
 
 
@@ -93,7 +94,8 @@ def main() -> int:
                 f"{run.name}: batch 1 within 10% {was['batch1_within_10pct']} -> {now['batch1_within_10pct']} "
                 f"(mean {was['batch1_mean_error']} -> {now['batch1_mean_error']}); load levels within 15% "
                 f"{was['levels_within_15pct']} -> {now['levels_within_15pct']} (mean {was['levels_mean_error']} -> "
-                f"{now['levels_mean_error']}); winner {was['winner']} -> {now['winner']}"
+                f"{now['levels_mean_error']}); winner {was['winner']} -> {now['winner']}; Kendall tau "
+                f"{was['kendall_tau']} -> {now['kendall_tau']}"
             )
             for row in now["batch1"]:
                 level = [r for r in now["levels"] if r["variant"] == row["variant"]]

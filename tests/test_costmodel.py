@@ -172,8 +172,8 @@ def test_round_overhead_calibration() -> None:
     variant = Variant("draft", lookahead=2, draft="tiny")
     truth.round_overhead_s["draft"] = 0.003
     sim = simulate_draft([True, False] * 8, 2, prompt_len=30, max_length=100)
-    _, e2e = predict_request(sim, 30, truth, variant)
-    rounded = calibrate_round_overhead(fit_cost_model(_samples()), "draft", [(sim, 30, variant, e2e)])
+    ttft, e2e = predict_request(sim, 30, truth, variant)
+    rounded = calibrate_round_overhead(fit_cost_model(_samples()), "draft", [(sim, 30, variant, ttft, e2e)])
     assert rounded.round_overhead_s["draft"] == pytest.approx(0.003)
 
 
@@ -191,7 +191,7 @@ def test_round_calibration_separates_the_cost_per_round_from_the_cost_per_drafte
         sim = simulate_ngram(prompt, output, k, 2, {2}, len(prompt) + len(output))
         sims[k] = (variant, sim)
         if k != 2:
-            runs.append((sim, len(prompt), variant, predict_request(sim, len(prompt), truth, variant)[1]))
+            runs.append((sim, len(prompt), variant, *predict_request(sim, len(prompt), truth, variant)))
     assert len({round(sim.drafted / sim.target_passes, 2) for _, sim in sims.values()}) == 4
     fitted = calibrate_round_overhead(fit_cost_model(_samples()), "ngram", runs)
     assert fitted.round_overhead_s["ngram"] == pytest.approx(0.002)
@@ -200,6 +200,12 @@ def test_round_calibration_separates_the_cost_per_round_from_the_cost_per_drafte
     assert predict_request(sim, len(prompt), fitted, variant) == pytest.approx(
         predict_request(sim, len(prompt), truth, variant)
     )
+    # A slow prefill (a first token 0.2 s late, as a long prompt's TTFT varies from run to run) moves nothing:
+    # only the rounds after the first token are fitted.
+    late = [(s, n, v, t + 0.2, e + 0.2) if v.lookahead == 8 else (s, n, v, t, e) for s, n, v, t, e in runs]
+    again = calibrate_round_overhead(fit_cost_model(_samples()), "ngram", late)
+    assert again.round_overhead_s["ngram"] == pytest.approx(0.002)
+    assert again.drafted_token_overhead_s["ngram"] == pytest.approx(0.0008)
     # At one lookahead (no spread in drafted tokens a pass) only one term is fitted, and it is what that
     # lookahead's rounds cost on average: exact there, wrong elsewhere.
     one = calibrate_round_overhead(fit_cost_model(_samples()), "ngram", [r for r in runs if r[2].lookahead == 4])

@@ -105,7 +105,7 @@ def test_round_overhead_calibration_keeps_the_search_table() -> None:
     calibrated = calibrate_overheads(cost, [Observation(20, 10, 0.03, 0.6), Observation(40, 10, 0.05, 0.7)])
     variant = Variant("ngram", lookahead=4, ngram_max=2)
     sim = simulate_ngram([5, 6, 7, 5, 6], [7, 5, 6, 7, 9, 9, 9], 4, 2, {2}, 100)
-    again = calibrate_round_overhead(calibrated, "ngram", [(sim, 5, variant, 1.0)])
+    again = calibrate_round_overhead(calibrated, "ngram", [(sim, 5, variant, 0.1, 1.0)])
     assert again.search == cost.search
 
 

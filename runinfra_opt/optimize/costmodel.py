@@ -437,24 +437,30 @@ is fitted; over a narrower span the slope is noise, and one overhead per round i
 
 
 def calibrate_round_overhead(
-    cost: CostModel, method: str, runs: Iterable[tuple[SimResult, int, Variant, float]]
+    cost: CostModel, method: str, runs: Iterable[tuple[SimResult, int, Variant, float, float]]
 ) -> CostModel:
     """Set `round_overhead_s[method]` and `drafted_token_overhead_s[method]` from measured speculative runs:
-    (sim, prompt_len, variant, measured e2e). Each run gives a point (drafted tokens per target pass, (measured -
-    predicted without these terms) per target pass); a robust line through them (Theil-Sen, the slope may be
-    negative) gives the cost per round (intercept) and per drafted token (slope). The variants of one method
-    differ in how many tokens they draft a round (the lookahead, the matches found), and on this CPU a round costs
-    more with more drafted tokens than the forward table says (every drafted position's logits are processed in
-    `generate`). When the runs span less than `MIN_DRAFTED_SPREAD` drafted tokens a pass (one lookahead), only
-    the round overhead is fitted: the median, at least 0."""
+    (sim, prompt_len, variant, measured TTFT, measured e2e). Each run gives a point from its rounds after the
+    first: (drafted tokens per pass, (measured - predicted without these terms) time after the first token per
+    pass); a robust line through them (Theil-Sen, the slope may be negative) gives the cost per round (intercept)
+    and per drafted token (slope). The variants of one method differ in how many tokens they draft a round (the
+    lookahead, the matches found), and on this CPU a round costs more with more drafted tokens than the forward
+    table says (every drafted position's logits are processed in `generate`). The first token is left out: its
+    time is the prefill's, whose noise, spread over the few passes of a short run on a long prompt, would swamp
+    the rounds' (summarize, 2026-12-02: a k 8 run's TTFT 180 ms above the k 1 run's on a 1,344-token prompt,
+    over 9 passes, fitted 6.8 ms a drafted token where its later rounds showed about 2). When the runs span less
+    than `MIN_DRAFTED_SPREAD` drafted tokens a pass (one lookahead), only the round overhead is fitted: the
+    median, at least 0."""
     base = _copy(cost)
     base.round_overhead_s.pop(method, None)
     base.drafted_token_overhead_s.pop(method, None)
     points = []
-    for sim, prompt_len, variant, e2e in runs:
-        if sim.target_passes:
-            _, predicted = predict_request(sim, prompt_len, base, variant)
-            points.append((sim.drafted / sim.target_passes, (e2e - predicted) / sim.target_passes))
+    for sim, prompt_len, variant, ttft, e2e in runs:
+        later = sim.target_passes - 1
+        if later >= 1:
+            predicted_ttft, predicted = predict_request(sim, prompt_len, base, variant)
+            drafted = sim.drafted - (sim.first_chunk - 1)
+            points.append((drafted / later, ((e2e - ttft) - (predicted - predicted_ttft)) / later))
     if not points:
         return base
     xs = [x for x, _ in points]

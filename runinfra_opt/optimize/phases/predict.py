@@ -11,8 +11,9 @@ stretch of time. Fills each variant's `predicted_requests` and `predicted`, and 
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from runinfra_opt.methods import BASELINE, Variant
 from runinfra_opt.optimize.state import RunState, agreement_flags
@@ -171,16 +172,21 @@ def _fit_overheads(state: RunState, baseline: Sequence[RequestRecord]) -> CostMo
     ]
     cost = calibrate_overheads(state.cost, observations) if observations else state.cost
     by_name = {v.name: v for v in state.space}
-    runs: dict[str, list[tuple[SimResult, int, Variant, float]]] = {}
+    runs: dict[str, list[tuple[SimResult, int, Variant, float, float]]] = {}
     requests = state.request_by_id()
+    repeats: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for item in state.results.profile.get("calibration", []):
-        variant = by_name.get(item["variant"])
-        request = requests.get(item["request_id"])
+        repeats.setdefault((item["variant"], item["request_id"]), []).append(item)
+    for (name, request_id), items in repeats.items():
+        variant, request = by_name.get(name), requests.get(request_id)
         if variant is None or request is None or request.id not in base:
             continue
-        sim = _simulate(state, variant, request, max_tokens=item.get("max_tokens"))
-        if isinstance(sim, SimResult):
-            runs.setdefault(variant.method, []).append((sim, int(item["prompt_tokens"]), variant, float(item["e2e_s"])))
+        sim = _simulate(state, variant, request, max_tokens=items[0].get("max_tokens"))
+        if isinstance(sim, SimResult):  # the median run: first token, and the time after it
+            ttft = statistics.median(float(i["ttft_s"]) for i in items)
+            after = statistics.median(float(i["e2e_s"]) - float(i["ttft_s"]) for i in items)
+            prompt_len = int(items[0]["prompt_tokens"])
+            runs.setdefault(variant.method, []).append((sim, prompt_len, variant, ttft, ttft + after))
     for method, method_runs in runs.items():
         cost = calibrate_round_overhead(cost, method, method_runs)
     return cost
