@@ -217,7 +217,7 @@ def test_require_speedup_exits_4_when_the_baseline_wins(
     assert results.decision.winner == "baseline"
 
 
-@pytest.mark.parametrize("interrupt_after", [1, 24])  # 1: in the baseline pass; 24: in confirmation
+@pytest.mark.parametrize("interrupt_after", [1, 12])  # 1: in the baseline pass; 12: in confirmation
 def test_resume_after_interruption_finishes_without_redoing_work(
     interrupt_after: int,
     runner: CliRunner,
@@ -249,7 +249,7 @@ def test_resume_after_interruption_finishes_without_redoing_work(
     assert partial.phase == ("plan" if interrupt_after == 1 else "predict")
     assert partial.phases_done[-1] == partial.phase
     assert len(partial.profile.get("baseline", [])) == min(interrupt_after, len(TINY_WORKLOAD))
-    assert bool(measured_before) == (interrupt_after == 24)
+    assert bool(measured_before) == (interrupt_after == 12)
 
     limit["n"] = 10**6
     calls.clear()

@@ -24,12 +24,11 @@ CALIBRATION_REQUESTS = 2
 CALIBRATION_LOOKAHEAD = 4
 CALIBRATION_TOKENS = 48
 """Calibration runs stop after this many tokens: the per-round overhead does not need whole answers."""
-CALIBRATION_REPEATS = 3
+CALIBRATION_REPEATS = 1
 """Timed runs of each calibration variant on each calibration request, interleaved (every variant once per request
-and repeat); the fit takes their median. With one run each (before 2026-12-02) the summarize workload's k 8 runs
-measured 128-133 ms a pass where the confirmation measured the same requests at 87-103 ms, and the cost per
-drafted token came out 2-3x what the confirmation showed (one request's passes vary by +-15% from run to run
-here)."""
+and repeat; the fit takes the median run). 3 were tried on summarize (2026-12-02): the cost per drafted token came
+out 4.7 ms against 5.2-6.8 ms with one run, where the confirmation's measurements of the same requests show 1-2 ms,
+for three times the calibration time (the profile phase 331 s); so one, until that difference is understood."""
 
 
 def _sequences(state: RunState, requests: Sequence[Request]) -> list[tuple[list[int], list[int]]]:
