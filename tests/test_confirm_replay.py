@@ -35,8 +35,8 @@ def test_replay_and_the_predictive_only_benchmark_on_a_recorded_exhaustive_run(
     recorded = tmp_path / "recorded"
     run_dir = recorded / "tiny-exhaustive"
     args = ["optimize", "--engine", "vllm", "--vllm-python", fake_vllm, "--target", str(tiny_models[0]),
-            "--workload", str(workload), "--methods", "vllm_ngram", "--lookahead", "2,4,8", "--ngram-max", "3",
-            "--load", "concurrency:2", "--strategy", "exhaustive", "--max-tokens", "12", "--repeats", "1",
+            "--workload", str(workload), "--methods", "vllm_ngram", "--lookahead", "2,8", "--ngram-max", "3",
+            "--load", "none", "--strategy", "exhaustive", "--max-tokens", "12", "--repeats", "1",
             "--run-dir", str(run_dir), "--out", str(tmp_path / "m.yaml")]  # fmt: skip
     result = runner.invoke(app, args, catch_exceptions=False)
     assert result.exit_code == 0, result.output
@@ -44,7 +44,7 @@ def test_replay_and_the_predictive_only_benchmark_on_a_recorded_exhaustive_run(
     assert exhaustive.decision is not None
     before = (run_dir / "results.json").read_bytes()
     servers = sorted(p.name for p in (run_dir / "servers").glob("*.log"))
-    assert len(servers) == 4  # the baseline and three variants
+    assert len(servers) == 3  # the baseline and two variants
 
     work = tmp_path / "work"
     work.mkdir()
@@ -80,21 +80,24 @@ def test_replay_and_the_predictive_only_benchmark_on_a_recorded_exhaustive_run(
     out = tmp_path / "report.json"
     argv = ["predictor_accuracy.py", "--engine", "vllm", "--vllm-python", fake_vllm, "--workloads", str(workload),
             "--target", str(tiny_models[0]), "--exhaustive-of", str(recorded), "--requests", "8",
-            "--max-tokens", "12", "--repeats", "1", "--h2h-repeats", "0", "--load", "concurrency:2",
+            "--max-tokens", "12", "--repeats", "1", "--h2h-repeats", "0", "--load", "none",
             "--out", str(out), "--raw-dir", str(tmp_path / "raw")]  # fmt: skip
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(sys, "argv", argv)
+        mp.setattr(
+            predictor_accuracy, "VLLM_SPACE", {"methods": ("vllm_ngram",), "ngram_max": (3,), "lookaheads": (2, 8)}
+        )
         assert predictor_accuracy.main() == 0
     assert (run_dir / "results.json").read_bytes() == before
     assert not (tmp_path / "raw" / "tiny-exhaustive").exists()
     entry = json.loads(out.read_text())["workloads"][str(workload)]
     assert entry["exhaustive_of"] == str(recorded)
     assert entry["exhaustive"]["winner"] == exhaustive.decision.winner
-    assert entry["exhaustive"]["servers"] == 4
+    assert entry["exhaustive"]["servers"] == 3
     assert entry["exhaustive"]["wall_s"] == pytest.approx(exhaustive.timings_s["total"], abs=0.1)
     predictive = load_results(tmp_path / "raw" / "tiny-predictive" / "results.json")
     assert predictive.plan is not None
-    assert predictive.plan.confirm_slots == 3
+    assert predictive.plan.confirm_slots == 2  # --confirm 3 of two variants
     assert entry["predictive"]["servers"] == [launch["variant"] for launch in predictive.launches]
     assert entry["predictive"]["baseline_tokens_per_s"] > 0
     assert entry["exhaustive"]["baseline_tokens_per_s"] > 0
