@@ -160,7 +160,7 @@ def test_confirmation_chooses_one_candidate_at_a_time_and_stops_when_none_is_in_
     monkeypatch.setenv("FAKE_VLLM_STEP_COST", json.dumps(COST | {"spec_token": 0.04}))
     result, results = _optimize(
         runner, fake_vllm, tiny_models[0], workload, tmp_path,
-        "--lookahead", "2,4,8", "--confirm", "3", "--load", "none", "--max-tokens", "16", "--repeats", "2",
+        "--lookahead", "2,4,8", "--confirm", "3", "--load", "none", "--max-tokens", "16", "--repeats", "1",
     )  # fmt: skip
     assert results.plan is not None
     assert results.plan.confirm_slots == 3
