@@ -89,14 +89,10 @@ class VariantResult(_Model):
     measured_requests: list[RequestRecord] = Field(default_factory=list)
     per_category: dict[str, Summary] = Field(default_factory=dict)
     """Measured (or, where not measured, predicted) summary per workload category."""
-    disqualified: str | None = None
-    failed: str | None = None
-    """Why the variant could not be measured on this engine (its server or a request failed); left out."""
-    """Why the variant may never win (e.g. its greedy output differs from the baseline's)."""
-    ruled_out: list[str] = Field(default_factory=list)
-    """Constraints the variant violates, in words."""
-    confirmed: bool = False
-    """Timed end to end (not only predicted)."""
+    disqualified: str | None = None  # why it may never win (e.g. its greedy output differs from the baseline's)
+    failed: str | None = None  # why it could not be measured on this engine (a server or request failed)
+    ruled_out: list[str] = Field(default_factory=list)  # constraints the variant violates, in words
+    confirmed: bool = False  # timed end to end (not only predicted)
     load: list[LevelResult] = Field(default_factory=list)
     """Measured under each `--load` level (serving engines), in the order measured."""
     load_predicted: list[PredictedLevel] = Field(default_factory=list)
@@ -147,7 +143,9 @@ class AddedRepeat(_Model):
 
 class Plan(_Model):
     """What the run measures, fixed once planned so that a resume measures the same: `request_ids`, the planned
-    requests (after subsampling) in file order; `repeats`, timed repeats per request in confirmation."""
+    requests (after subsampling) in file order; `repeats`, timed repeats per request in confirmation; `confirm`,
+    the variants confirmation times (the baseline first), fixed when it starts, or with `confirm_slots` (serving
+    engines) grown a candidate at a time up to that many, `confirm_stopped` saying why it stopped short."""
 
     request_ids: list[str]
     repeats: int
@@ -155,13 +153,9 @@ class Plan(_Model):
     budget_s: float
     max_tokens: int
     confirm: list[str] | None = None
-    """The variants confirmation times (the baseline first), fixed when confirmation starts; with `confirm_slots`
-    (serving engines) it grows a candidate at a time, up to that many, and `confirm_stopped` says why it stopped
-    short."""
     confirm_slots: int | None = None
     confirm_stopped: str | None = None
-    added: list[AddedRepeat] = Field(default_factory=list)
-    """Repeats added to the leading candidates by `--repeats auto` until the decision was clear."""
+    added: list[AddedRepeat] = Field(default_factory=list)  # by `--repeats auto` until the decision was clear
     remeasured: list[int] = Field(default_factory=list)
     """Confirmation repeats timed again (every confirmed variant) because the baseline drifted in them."""
     drift_checked: bool = False  # the baseline's drift over the confirmation repeats was checked (once per run)

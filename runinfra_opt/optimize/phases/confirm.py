@@ -21,7 +21,7 @@ from runinfra_opt.optimize.plan import replan_confirmation
 from runinfra_opt.optimize.serving import STEP_COSTS_KEY
 from runinfra_opt.optimize.state import WARMUP_TOKENS, RunState
 from runinfra_opt.records import compare_to_baseline, default_tie_tolerance, disqualifying
-from runinfra_opt.results import RunResults, VariantResult
+from runinfra_opt.results import LevelMetrics, RunResults, VariantResult
 from runinfra_opt.stats import summarize_by_category, summarize_with_intervals
 
 
@@ -169,29 +169,26 @@ def _standing(state: RunState, variant: Variant, timed: list[Variant]) -> dict[s
     predicted TTFT at the percentile), >= 1 when predicted to beat it. None when nothing can be compared."""
     config = state.config
 
-    def score(summary_tps: float | None, ttft: dict[str, float] | None) -> float | None:
+    def score(tps: float | None, ttft: dict[str, float] | None) -> float | None:
         if config.priority == "ttft":
             value = (ttft or {}).get(config.percentile)
             return 1.0 / value if value else None
-        return summary_tps or None
+        return tps or None
+
+    def at_level(metrics: LevelMetrics) -> float | None:
+        return score(metrics.output_tokens_per_s.value if metrics.output_tokens_per_s else None, metrics.ttft_s)
 
     vr = state.variant_result(variant)
-    mine: dict[str, float | None] = {}
+    mine = {p.level: at_level(p.metrics) for p in vr.load_predicted}
     if vr.predicted is not None:
         mine["batch 1"] = score(vr.predicted.tokens_per_s, vr.predicted.ttft_s)
-    for p in vr.load_predicted:
-        mine[p.level] = score(p.metrics.output_tokens_per_s.value if p.metrics.output_tokens_per_s else None,
-                              p.metrics.ttft_s)  # fmt: skip
     best: dict[str, float] = {}
     for other in (state.variant_result(v) for v in timed):
         if other.disqualified or other.failed:
             continue
-        scores = [("batch 1", score(other.measured.tokens_per_s, other.measured.ttft_s) if other.measured else None)]
-        scores += [
-            (lr.level, score(lr.metrics.output_tokens_per_s.value if lr.metrics.output_tokens_per_s else None,
-                             lr.metrics.ttft_s))
-            for lr in other.load
-        ]  # fmt: skip
+        scores = [(lr.level, at_level(lr.metrics)) for lr in other.load]
+        if other.measured is not None:
+            scores.append(("batch 1", score(other.measured.tokens_per_s, other.measured.ttft_s)))
         for place, value in scores:
             if value is not None:
                 best[place] = max(best.get(place, value), value)
