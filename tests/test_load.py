@@ -231,7 +231,12 @@ def test_open_loop_keeps_its_schedule_while_the_server_is_slow() -> None:
         assert record.e2e_s is not None
         assert record.chunk_s[0] == pytest.approx(record.sent_s + record.ttft_s)
         assert record.sent_s < record.chunk_s[0] < record.chunk_s[-1] <= record.done_s
-        assert all(gap > 0.15 for gap in record.itl_s)
+        # the server sleeps 0.2 s before each of its three chunks: the last cannot arrive sooner than 0.6 s
+        assert record.chunk_s[-1] - record.sent_s >= 0.59
+        assert all(gap > 0 for gap in record.itl_s)
+    # Chunks are timed as they arrive, not when the stream ends (that would make every gap ~0). One gap can
+    # shrink when a stalled event loop reads two chunks late (seen on a loaded CI machine), not most of them.
+    assert float(np.median([gap for r in records for gap in r.itl_s])) > 0.15
     assert run.duration_s >= records[-1].done_s
 
 
