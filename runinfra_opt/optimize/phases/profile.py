@@ -28,7 +28,8 @@ CALIBRATION_REPEATS = 1
 """Timed runs of each calibration variant on each calibration request, interleaved (every variant once per request
 and repeat; the fit takes the median run). 3 were tried on summarize (2026-12-02): the cost per drafted token came
 out 4.7 ms against 5.2-6.8 ms with one run, where the confirmation's measurements of the same requests show 1-2 ms,
-for three times the calibration time (the profile phase 331 s); so one, until that difference is understood."""
+for three times the calibration time (the profile phase 331 s); so one. That difference was the day's noise: on a
+quiet machine capped, uncapped and reordered runs cost the same a pass to 2% (docs/how-it-works.md section 3)."""
 
 
 def _sequences(state: RunState, requests: Sequence[Request]) -> list[tuple[list[int], list[int]]]:
