@@ -16,7 +16,10 @@ The scheduler model follows vLLM 0.32's V1 scheduler (`vllm/v1/core/sched/schedu
 - Time advances one engine step at a time: a step starts when the previous one ends, or when a request reaches
   an idle engine. Sends follow `plan(level, ...)`: open-loop levels at their planned times; a closed loop of N
   sends the next request when one completes. A request reaches the engine `Corrections.request_s` after its
-  send (0 uncalibrated) and waits for the next step boundary.
+  send (0 uncalibrated) and waits for the next step boundary. Requests reach it one at a time, at least
+  `FRONT_GAP_S` apart: the API server takes each through its front end (HTTP, tokenization, the hop to the engine
+  core) in turn, so a burst sent together arrives staggered and an idle engine starts its step with the first
+  alone (the recorded runs show it: four ~1k-token prompts sent at once, the first prefilled alone).
 - Each step first schedules the running sequences, in admission order: a decoding one carries its next pass's
   tokens, one still in prefill the rest of its prompt within what is left of the token budget. Then it admits
   waiting requests in arrival order while budget is left and fewer than `max_num_seqs` are running
@@ -35,8 +38,8 @@ The scheduler model follows vLLM 0.32's V1 scheduler (`vllm/v1/core/sched/schedu
 - A sequence's emitted tokens arrive at the end of its step, one streamed chunk per pass; a request completes
   when its passes run out. Everything is deterministic (ties go in schedule order).
 Left out: KV-cache capacity and preemption, prefix caching (a repeated prompt is prefilled in full),
-`long_prefill_token_threshold` (0 by default), async scheduling (off on CPU), the client's own send lag, and
-decodes that overflow the token budget (they are modelled as fitting, with a note in the run).
+`long_prefill_token_threshold` (0 by default), async scheduling (off on CPU), the client's send lag, and decodes
+that overflow the token budget (modelled as fitting, noted in the run).
 
 Calibration (`calibrate`): the baseline is measured at every level, so two corrections are fitted per level on
 its measured run(s) and applied to every variant's prediction at that level: a per-step overhead (added to every
@@ -44,21 +47,27 @@ step: scheduling, sampling, output processing that the table's steps may miss) a
 (between a send and the engine seeing the request: HTTP, tokenization, the hop to the engine process; >= 0).
 The request overhead is refitted so that the mean TTFT matches; the step overhead is bisected so that the output
 tokens/s matches in a closed loop, or the mean TPOT in an open loop (there throughput follows the arrivals).
-Trimmed means (`TRIM`), not medians: over a few requests a median jumps as batches change. In a closed loop that
-keeps the engine busy, a request joins at the next step boundary whatever its overhead below one step, so there
-the fit pins the step overhead, and the request overhead only to within a step. `Calibration` keeps the
+On a real run (`from_steps`) the step overhead is instead read off its plain decoding steps (`figures.decode_steps`:
+the median of measured minus `table.step_s(B, 1)`): fitted to one figure, a burst of long prefills lets it take
+any value that lands the throughput (-30 ms on a 45 ms step in the summarize run of 2026-12-03), and a variant,
+which decodes in fewer steps, inherits the error.
+Trimmed means (`load.figures.TRIM`), not medians: over a few requests a median jumps as batches change. In a
+closed loop that keeps the engine busy, a request joins at the next step boundary whatever its overhead below one
+step, so there the fit pins the step overhead, and the request overhead only to within a step. `Calibration` keeps the
 measured, raw and calibrated figures of the baseline; `predict_level` returns a variant's raw and calibrated runs.
 """
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections import deque
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from runinfra_opt.load.metrics import WARMUP_FRACTION, measured_window
+from runinfra_opt.load.figures import Figures, decode_steps, figures
+from runinfra_opt.load.metrics import WARMUP_FRACTION
 from runinfra_opt.load.overhead import NONE as NO_OVERHEAD
 from runinfra_opt.load.overhead import SpecOverhead
 from runinfra_opt.load.runner import LevelRun, LoadRecord
@@ -66,6 +75,10 @@ from runinfra_opt.load.schedule import Planned, plan
 from runinfra_opt.load.spec import Concurrency, LoadLevel
 from runinfra_opt.load.stepcost import StepCostTable
 from runinfra_opt.workload.model import Request
+
+FRONT_GAP_S = 0.001
+"""The least time between two requests reaching the engine (the order matters, not the amount: 1 and 5 ms re-predict
+the recorded runs of 2026-12-03 alike, `benchmarks/repredict.py`)."""
 
 Pass = tuple[int, int]
 """One decoding pass of a sequence: (tokens it carries in the step = 1 + proposed, tokens it emits = 1 + accepted)."""
@@ -202,12 +215,16 @@ def predict_run(
     overflowed = 0
     in_flight = peak = 0
 
+    front_free = -math.inf  # when the API server's front end handed the engine its last request
+
     def send(planned: Planned, at_s: float) -> None:
-        nonlocal in_flight, peak
+        nonlocal in_flight, peak, front_free
         item, request = by_request[id(planned.request)].popleft(), planned.request
         record = LoadRecord(planned.index, request.id, request.category, at_s, at_s, at_s, True)
         record.prompt_tokens = item.prompt_tokens
-        arrivals.append((at_s + corrections.request_s, _Sequence(item, record, item.prompt_tokens)))
+        reach = max(at_s + corrections.request_s, front_free + FRONT_GAP_S)  # the front end serves one at a time
+        front_free = reach
+        arrivals.append((reach, _Sequence(item, record, item.prompt_tokens)))
         in_flight += 1
         peak = max(peak, in_flight)
 
@@ -314,68 +331,13 @@ def _emit(sequence: _Sequence, at_s: float, tokens: int) -> None:
     record.output_tokens += tokens
 
 
-@dataclass(frozen=True)
-class Figures:
-    """A level's headline figures as `level_metrics` computes them (its point values; None: not measured), and
-    the trimmed means the calibration fits to (`TRIM`: smoother in the corrections than medians over a few
-    requests, and robust to a stray slow request, which a plain mean is not)."""
-
-    tokens_per_s: float | None
-    """Output tokens/s over the measured windows."""
-    ttft_s: float | None
-    """TTFT p50."""
-    tpot_s: float | None
-    """TPOT p50."""
-    mean_ttft_s: float | None
-    mean_tpot_s: float | None
-
-
-TRIM = 0.1
-"""The share of the lowest and of the highest values that the fitted means leave out."""
-
-
-def figures(runs: LevelRun | Sequence[LevelRun], warmup_fraction: float = WARMUP_FRACTION) -> Figures:
-    """`Figures` of one run or of a level's repeats pooled, as `level_metrics` pools them (without its bootstrap)."""
-    tokens = seconds = 0.0
-    ttft: list[float] = []
-    tpot: list[float] = []
-    for run in [runs] if isinstance(runs, LevelRun) else runs:
-        window = measured_window(run, warmup_fraction)
-        seconds += window.seconds
-        for record in run.records:
-            if not record.success:
-                continue
-            streamed = sum(record.chunk_tokens)
-            scale = record.output_tokens / streamed if streamed and record.output_tokens else 1.0
-            times = zip(record.chunk_s, record.chunk_tokens, strict=True)
-            tokens += scale * sum(n for t, n in times if window.start_s <= t <= window.end_s)
-            if window.steady and not window.start_s <= record.sent_s <= window.end_s:
-                continue
-            if record.ttft_s is not None:
-                ttft.append(record.ttft_s)
-            if record.tpot_s is not None:
-                tpot.append(record.tpot_s)
-    return Figures(
-        tokens / seconds if seconds > 0 else None,
-        statistics.median(ttft) if ttft else None,
-        statistics.median(tpot) if tpot else None,
-        _trimmed_mean(ttft),
-        _trimmed_mean(tpot),
-    )
-
-
-def _trimmed_mean(values: list[float]) -> float | None:
-    if not values:
-        return None
-    cut = int(len(values) * TRIM)
-    return statistics.fmean(sorted(values)[cut : len(values) - cut])
-
-
 FIT_STEPS = 40
 """Most bisections of the step overhead (it stops sooner at `FIT_TOLERANCE_S`)."""
 REQUEST_REFITS = 6
 """Most refits of the request overhead for one step overhead (the mean TTFT moves about 1:1 with it)."""
 FIT_TOLERANCE_S = 1e-6
+MIN_DECODE_STEPS = 10
+"""Plain decoding steps a measured run must show for `calibrate(from_steps=True)` to read the step overhead off them."""
 MISS = 0.02
 """A calibrated figure further than this (relative) from the measured one is noted."""
 
@@ -402,10 +364,12 @@ def calibrate(
     *,
     limits: SchedulerLimits = VLLM_CPU_SERVER,
     warmup_fraction: float = WARMUP_FRACTION,
+    from_steps: bool = False,
 ) -> Calibration:
     """Fit the per-step and per-request overheads at `level` so that the baseline's prediction matches its
     measured run(s): the mean TTFT, and the output tokens/s (closed loop) or mean TPOT (open loop); see the
-    module's docstring."""
+    module's docstring. `from_steps`: the runs' records are real streams, so the step overhead is read from their
+    plain decoding steps when they show at least `MIN_DECODE_STEPS`."""
     runs = [measured] if isinstance(measured, LevelRun) else list(measured)
     if any(run.level != level for run in runs):
         raise ValueError(f"calibrating {level.name} on a run of another level")
@@ -442,6 +406,11 @@ def calibrate(
         return value > goal if closed else value < goal
 
     notes: list[str] = []
+    steps = decode_steps(runs) if from_steps else []
+    if len(steps) >= MIN_DECODE_STEPS:
+        step_s = statistics.median(seconds - table.step_s(batch, 1) for batch, seconds in steps)
+        request_s, calibrated = fit_request(step_s)
+        return Calibration(level, Corrections(step_s, request_s), target, run(0.0, 0.0), calibrated, tuple(notes))
     low = -0.9 * min(min(row) for row in table.seconds)  # every step keeps a positive duration
     high = max(table.step_s(1, 1), 1e-3)
     while too_fast(high) and high < 60.0:

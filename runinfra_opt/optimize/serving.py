@@ -307,9 +307,29 @@ def _calibrate_level(level: Any, base_passes: list[RequestPasses], table: StepCo
     if measured is None:
         return None
     try:
-        return calibrate(level, base_passes, table, measured)
+        return calibrate(level, _as_served(base_passes, [measured]), table, measured, from_steps=True)
     except ValueError:
         return None  # a measured run with no TTFT or throughput to fit to: the raw prediction stands
+
+
+def _as_served(base_passes: list[RequestPasses], runs: list[LevelRun]) -> list[RequestPasses]:
+    """The baseline's passes with the output lengths its measured runs served (the median over repeats): under load
+    vLLM's greedy output is not batch-invariant, so a request may stop elsewhere than at batch 1 (summarize-013: 17
+    tokens alone, 64 in some concurrency-4 runs), and the calibration must serve the run it is fitted to. A baseline
+    pass is one token, so its passes follow exactly; a variant's cannot be known and stay as simulated."""
+    from dataclasses import replace
+
+    lengths: dict[str, list[int]] = {}
+    for run in runs:
+        for record in run.records:
+            if record.success and record.output_tokens:
+                lengths.setdefault(record.request_id, []).append(record.output_tokens)
+    out = []
+    for item in base_passes:
+        served = sorted(lengths.get(item.request.id, []))
+        n = served[(len(served) - 1) // 2] if served else item.output_tokens
+        out.append(replace(item, passes=((1, 1),) * (n - 1)))
+    return out
 
 
 def _baseline_level_runs(state: RunState) -> dict[str, LevelRun]:
