@@ -70,8 +70,10 @@ def _trimmed_mean(values: list[float]) -> float | None:
     return statistics.fmean(sorted(values)[cut : len(values) - cut])
 
 
-SAME_STEP_S = 0.004
-"""Streamed chunks received closer together than this are taken as one engine step's (a step is >= ~30 ms here)."""
+SAME_STEP = 0.25
+"""Streamed chunks received closer together than this share of the run's median inter-chunk gap (about one step)
+are taken as one engine step's: a step's chunks reach the client within a millisecond or two, steps are ~30-70 ms
+apart on 2 CPU cores and a few ms on a GPU, so a fixed gap would not do for both."""
 
 
 def decode_steps(runs: LevelRun | Sequence[LevelRun]) -> list[tuple[int, float]]:
@@ -81,18 +83,22 @@ def decode_steps(runs: LevelRun | Sequence[LevelRun]) -> list[tuple[int, float]]
     the server adds to a step (scheduling, sampling, output processing) at the run's real context lengths."""
     out: list[tuple[int, float]] = []
     for run in [runs] if isinstance(runs, LevelRun) else runs:
+        gaps = [b - a for r in run.records if r.success for a, b in itertools.pairwise(r.chunk_s)]
+        if not gaps:
+            continue
+        same = SAME_STEP * statistics.median(gaps)
         firsts = sorted(r.chunk_s[0] for r in run.records if r.success and r.chunk_s)
         steps: list[list[float]] = []
         for t in sorted(t for r in run.records if r.success for t in r.chunk_s[1:]):
-            if steps and t - steps[-1][-1] < SAME_STEP_S:
+            if steps and t - steps[-1][-1] < same:
                 steps[-1].append(t)
             else:
                 steps.append([t])
         for before, after in itertools.pairwise(steps):
             if len(before) != len(after):
                 continue
-            i = bisect_right(firsts, before[-1] - SAME_STEP_S)
-            if i < len(firsts) and firsts[i] <= after[0] + SAME_STEP_S:
+            i = bisect_right(firsts, before[-1] - same)
+            if i < len(firsts) and firsts[i] <= after[0] + same:
                 continue  # a prefill finished between them (or with them)
             out.append((len(after), after[0] - before[0]))
     return out

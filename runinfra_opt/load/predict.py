@@ -62,7 +62,7 @@ from __future__ import annotations
 import math
 import statistics
 from collections import deque
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -409,8 +409,18 @@ def calibrate(
     steps = decode_steps(runs) if from_steps else []
     if len(steps) >= MIN_DECODE_STEPS:
         step_s = statistics.median(seconds - table.step_s(batch, 1) for batch, seconds in steps)
-        request_s, calibrated = fit_request(step_s)
-        return Calibration(level, Corrections(step_s, request_s), target, run(0.0, 0.0), calibrated, tuple(notes))
+    else:
+        step_s = _bisect_step(level, table, too_fast, notes)
+    request_s, calibrated = fit_request(step_s)
+    fitted, what = (calibrated.tokens_per_s, "output tokens/s") if closed else (calibrated.mean_tpot_s, "mean TPOT")
+    for name, want, got in (("mean TTFT", ttft_goal, calibrated.mean_ttft_s), (what, goal, fitted)):
+        if got is not None and abs(got - want) > MISS * want:
+            notes.append(f"{level.name}: the calibrated {name} misses the measured one by {(got / want - 1):+.1%}")
+    return Calibration(level, Corrections(step_s, request_s), target, run(0.0, 0.0), calibrated, tuple(notes))
+
+
+def _bisect_step(level: LoadLevel, table: StepCostTable, too_fast: Callable[[float], bool], notes: list[str]) -> float:
+    """The step overhead at which the prediction is no longer faster than the measured run (bisection)."""
     low = -0.9 * min(min(row) for row in table.seconds)  # every step keeps a positive duration
     high = max(table.step_s(1, 1), 1e-3)
     while too_fast(high) and high < 60.0:
@@ -426,13 +436,7 @@ def calibrate(
             low = middle
         else:
             high = middle
-    step_s = (low + high) / 2
-    request_s, calibrated = fit_request(step_s)
-    fitted, what = (calibrated.tokens_per_s, "output tokens/s") if closed else (calibrated.mean_tpot_s, "mean TPOT")
-    for name, want, got in (("mean TTFT", ttft_goal, calibrated.mean_ttft_s), (what, goal, fitted)):
-        if got is not None and abs(got - want) > MISS * want:
-            notes.append(f"{level.name}: the calibrated {name} misses the measured one by {(got / want - 1):+.1%}")
-    return Calibration(level, Corrections(step_s, request_s), target, run(0.0, 0.0), calibrated, tuple(notes))
+    return (low + high) / 2
 
 
 @dataclass
