@@ -317,6 +317,7 @@ def _as_served(base_passes: list[RequestPasses], runs: list[LevelRun]) -> list[R
     vLLM's greedy output is not batch-invariant, so a request may stop elsewhere than at batch 1 (summarize-013: 17
     tokens alone, 64 in some concurrency-4 runs), and the calibration must serve the run it is fitted to. A baseline
     pass is one token, so its passes follow exactly; a variant's cannot be known and stay as simulated."""
+    import statistics
     from dataclasses import replace
 
     lengths: dict[str, list[int]] = {}
@@ -326,8 +327,8 @@ def _as_served(base_passes: list[RequestPasses], runs: list[LevelRun]) -> list[R
                 lengths.setdefault(record.request_id, []).append(record.output_tokens)
     out = []
     for item in base_passes:
-        served = sorted(lengths.get(item.request.id, []))
-        n = served[(len(served) - 1) // 2] if served else item.output_tokens
+        served = lengths.get(item.request.id)
+        n = statistics.median_low(served) if served else item.output_tokens
         out.append(replace(item, passes=((1, 1),) * (n - 1)))
     return out
 
