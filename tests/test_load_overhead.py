@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import pytest
 
-from runinfra_opt.load import Concurrency
-from runinfra_opt.load.overhead import Sample, SpecOverhead, fit, leave_one_out
-from runinfra_opt.load.predict import RequestPasses, predict_run
+from runinfra_opt.load import Concurrency, LevelRun
+from runinfra_opt.load.figures import speculative_steps
+from runinfra_opt.load.overhead import NONE, Sample, SpecOverhead, fit, fit_drafted, leave_one_out, level_samples
+from runinfra_opt.load.predict import Corrections, RequestPasses, predict_run
 from runinfra_opt.load.stepcost import StepCostTable
 from runinfra_opt.workload.model import Request
 
@@ -99,3 +100,48 @@ def test_leave_one_out_never_fits_a_variant_on_itself() -> None:
     assert leave_one_out(samples[:6], ["k2"])["k2"] == SpecOverhead()  # nothing else timed: no terms
     with pytest.raises(ValueError, match="cannot be negative"):
         SpecOverhead(-0.001, 0.0)
+
+
+# ------------------------------------------------------------------------------------------ under load
+def _loaded(k: int, seed: int, truth: SpecOverhead, step_s: float) -> tuple[list[RequestPasses], LevelRun]:
+    """A lookahead-k variant's requests and the run of a server with `truth` and a `step_s` correction at 2 in
+    flight (the predictor plays that server: one chunk per sequence per step, as vLLM streams)."""
+    items = _variant(k, seed)
+    return items, predict_run(Concurrency(2), items, TABLE, corrections=Corrections(step_s=step_s), overhead=truth)
+
+
+def test_under_load_the_drafted_token_term_is_read_off_other_variants_steps() -> None:
+    """At a load level the per-drafted-token term is fitted again on the timed variants' decoding steps there, with
+    the per-sequence one held at its batch-1 value: each step's measured time minus the table's and the level's
+    step correction is 1 ms a sequence + 0.7 ms a drafted token, so the fit on k 2 and k 4 recovers 0.7 ms."""
+    truth, correction = SpecOverhead(0.001, 0.0007), -0.002
+    samples = []
+    for name, k, seed in (("k2", 2, 1), ("k4", 4, 2)):
+        items, run = _loaded(k, seed, truth, correction)
+        got = level_samples(name, run, {item.request.id: item.passes for item in items}, TABLE, correction)
+        assert [s.steps for s in got] == [2]  # at 2 in flight: enough steps of two sequences, and only those
+        samples += got
+    assert all(s.residual_s == pytest.approx(0.001 * s.steps + 0.0007 * s.drafted) for s in samples)
+    fitted = fit_drafted(samples, truth.step_s)
+    assert fitted.drafted_token_s == pytest.approx(0.0007)
+    assert (fitted.step_s, fitted.fitted_on, fitted.requests) == (0.001, ("k2", "k4"), len(samples))
+    # held at a per-sequence term that is too high, the drafted one absorbs what it can and stays >= 0
+    assert fit_drafted(samples, 0.1).drafted_token_s == 0.0
+    assert fit_drafted([], 0.001) is NONE
+
+
+def test_a_request_that_left_its_simulated_output_carries_its_mean() -> None:
+    """The steps of two requests at 2 in flight: r0 is prefilled alone, r1 with r0's first pass, then both decode
+    (steps 3-5) and r1 ends alone. The steps that count follow a step of as many sequences with no prefill between:
+    steps 4 and 5, carrying r0's passes 3 and 4 and r1's 2 and 3. A request whose run shows another number of
+    chunks than its simulation (greedy output may leave the batch-1 one under load) carries its simulated mean in
+    each step; a request with no simulation leaves its steps out."""
+    r0, r1 = ((5, 5), (1, 1), (5, 3), (1, 1)), ((3, 3), (3, 1), (1, 1), (3, 3))
+    run = predict_run(Concurrency(2), [_item(0, r0), _item(1, r1)], TABLE)
+    assert [(b, c) for b, c, _ in speculative_steps(run, {"r0": r0, "r1": r1})] == [(2, 5 + 3), (2, 1 + 1)]
+    assert all(seconds > 0 for _, _, seconds in speculative_steps(run, {"r0": r0, "r1": r1}))
+    other = ((3, 3), (3, 1), (1, 1), (2, 2), (2, 1))  # same length, one chunk more: not what the run served
+    mean = (3 + 3 + 1 + 2 + 2) / 5
+    got = [(b, c) for b, c, _ in speculative_steps(run, {"r0": r0, "r1": other})]
+    assert got == [(2, pytest.approx(5 + mean)), (2, pytest.approx(1 + mean))]
+    assert speculative_steps(run, {"r0": r0}) == []

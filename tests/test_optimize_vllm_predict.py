@@ -107,6 +107,16 @@ def test_predictive_run_launches_only_the_baseline_and_the_confirmed_candidates(
     assert terms["all"]["fitted_on"] == timed
     k8_step_extra = terms["all"]["step_s"] + 8 * terms["all"]["drafted_token_s"]
     assert k8_step_extra >= 0.8 * (0.006 + 8 * 0.002)
+    # Under load the per-drafted-token term is fitted again per level on the other timed variants' decoding steps
+    # there, the per-sequence one kept from batch 1 (at 2 in flight these short, well-accepted requests show too
+    # few steps of two sequences to fit on; at 1, enough).
+    assert "concurrency:1" in terms["levels"]
+    assert set(terms["levels"]) <= {"concurrency:1", "concurrency:2"}
+    for level, by_variant in terms["levels"].items():
+        for name in timed:
+            at_level = by_variant[name]
+            assert at_level["fitted_on"] == [other for other in timed if other != name], (level, name)
+            assert at_level["step_s"] == terms["held_out"][name]["step_s"]
     # Each confirmed candidate's prediction (with terms it was not fitted on) against its measurement, at
     # batch 1 and under load.
     for vr in confirmed:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import itertools
 import statistics
 from bisect import bisect_right
-from collections.abc import Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 from runinfra_opt.load.metrics import WARMUP_FRACTION, measured_window
@@ -73,32 +73,73 @@ def _trimmed_mean(values: list[float]) -> float | None:
 SAME_STEP = 0.25
 """Streamed chunks received closer together than this share of the run's median inter-chunk gap (about one step)
 are taken as one engine step's: a step's chunks reach the client within a millisecond or two, steps are ~30-70 ms
-apart on 2 CPU cores and a few ms on a GPU, so a fixed gap would not do for both."""
+apart on 2 CPU cores and a few ms on a GPU, so a fixed gap would not do for both. (vLLM's API server streams one
+chunk per sequence per step, with every token the step emitted for it.)"""
 
 
 def decode_steps(runs: LevelRun | Sequence[LevelRun]) -> list[tuple[int, float]]:
     """(sequences, seconds) of every plain decoding step a measured run shows: the gap between two consecutive
-    steps' streamed chunks when both carry the same number of sequences (one chunk each: no speculation) and no
-    request's first token (a prefill) came in between. Read from the client's receive times, so it includes what
-    the server adds to a step (scheduling, sampling, output processing) at the run's real context lengths."""
-    out: list[tuple[int, float]] = []
+    steps' streamed chunks when both carry the same number of sequences (one chunk each) and no request's first
+    token (a prefill) came in between. Read from the client's receive times, so it includes what the server adds
+    to a step (scheduling, sampling, output processing) at the run's real context lengths."""
+    return [(len(after), seconds) for _, after, seconds in _step_pairs(runs)]
+
+
+def speculative_steps(
+    runs: LevelRun | Sequence[LevelRun], passes: Mapping[str, Sequence[tuple[int, int]]]
+) -> list[tuple[int, float, float]]:
+    """(sequences, tokens carried, seconds) of every decoding step a speculative server's measured run shows, with
+    the same steps as `decode_steps` (same number of sequences as the step before, no prefill between them).
+    `passes[request_id]`: the request's simulated passes after the prefill, (carried, emitted). vLLM streams one
+    chunk per sequence per step, however many tokens the step emitted, so a request that served the simulated
+    output length in the simulated number of chunks served the simulated passes, and its step carried its pass's
+    tokens. Under load greedy output may leave the batch-1 one; such a request is taken to carry its simulated
+    mean (1 + drafted tokens per pass) in each step. Steps with a request that has no simulated passes are left
+    out."""
+    out = []
     for run in [runs] if isinstance(runs, LevelRun) else runs:
-        gaps = [b - a for r in run.records if r.success for a, b in itertools.pairwise(r.chunk_s)]
+        exact: dict[int, Sequence[tuple[int, int]]] = {}
+        mean: dict[int, float] = {}
+        for record in run.records:
+            simulated = passes.get(record.request_id)
+            if not simulated:
+                continue
+            mean[record.index] = statistics.fmean(carried for carried, _ in simulated)
+            if len(record.chunk_s) == 1 + len(simulated) and record.output_tokens == 1 + sum(e for _, e in simulated):
+                exact[record.index] = simulated
+        for _, after, seconds in _step_pairs(run):
+            if all(index in mean for index, _ in after):
+                carried = sum(exact[i][chunk - 1][0] if i in exact else mean[i] for i, chunk in after)
+                out.append((len(after), carried, seconds))
+    return out
+
+
+Chunk = tuple[int, int]
+"""A streamed chunk: its record's `index` and its position in `record.chunk_s` (0: the prefill's first token)."""
+
+
+def _step_pairs(runs: LevelRun | Sequence[LevelRun]) -> Iterator[tuple[list[Chunk], list[Chunk], float]]:
+    """(step before, step, seconds between their first chunks) for consecutive decoding steps of the same number
+    of sequences with no prefill between them. A step is the chunks received closer together than `SAME_STEP` x
+    the run's median inter-chunk gap."""
+    for run in [runs] if isinstance(runs, LevelRun) else runs:
+        records = [r for r in run.records if r.success]
+        gaps = [b - a for r in records for a, b in itertools.pairwise(r.chunk_s)]
         if not gaps:
             continue
         same = SAME_STEP * statistics.median(gaps)
-        firsts = sorted(r.chunk_s[0] for r in run.records if r.success and r.chunk_s)
-        steps: list[list[float]] = []
-        for t in sorted(t for r in run.records if r.success for t in r.chunk_s[1:]):
-            if steps and t - steps[-1][-1] < same:
-                steps[-1].append(t)
+        firsts = sorted(r.chunk_s[0] for r in records if r.chunk_s)
+        chunks = sorted((r.chunk_s[i], r.index, i) for r in records for i in range(1, len(r.chunk_s)))
+        steps: list[list[tuple[float, int, int]]] = []
+        for chunk in chunks:
+            if steps and chunk[0] - steps[-1][-1][0] < same:
+                steps[-1].append(chunk)
             else:
-                steps.append([t])
+                steps.append([chunk])
         for before, after in itertools.pairwise(steps):
             if len(before) != len(after):
                 continue
-            i = bisect_right(firsts, before[-1] - same)
-            if i < len(firsts) and firsts[i] <= after[0] + same:
+            i = bisect_right(firsts, before[-1][0] - same)
+            if i < len(firsts) and firsts[i] <= after[0][0] + same:
                 continue  # a prefill finished between them (or with them)
-            out.append((len(after), after[0] - before[0]))
-    return out
+            yield [c[1:] for c in before], [c[1:] for c in after], after[0][0] - before[0][0]

@@ -19,6 +19,11 @@ Held out: the figure predicted for a confirmed variant uses the terms fitted on 
 only (`leave_one_out`), so what the results show next to its measurement is a prediction, not a fit of itself;
 a variant that was not timed uses the terms fitted on all of them. With a single confirmed speculative variant
 its own prediction gets no terms (nothing else to fit on), and says so.
+
+Under load the batch-1 terms do not carry (json, 2026-12-03b: steps of four n-gram 4/k4 sequences took 70 ms where
+the table with them gave 60), so at each load level the per-drafted-token term is fitted again (`fit_drafted`) on
+the timed variants' measured decoding steps there (`level_samples`), the per-sequence term held at its batch-1
+value (a few timed variants' steps cannot pin both), held out in the same way.
 """
 
 from __future__ import annotations
@@ -26,6 +31,13 @@ from __future__ import annotations
 import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from runinfra_opt.load.figures import speculative_steps
+
+if TYPE_CHECKING:  # pragma: no cover
+    from runinfra_opt.load.runner import LevelRun
+    from runinfra_opt.load.stepcost import StepCostTable
 
 
 @dataclass(frozen=True)
@@ -67,10 +79,11 @@ class Sample:
     variant: str
     residual_s: float
     """Measured end-to-end time minus the prediction without speculative terms (median over repeats)."""
-    steps: int
-    """Engine steps the request took: the prefill plus every verification."""
-    drafted: int
-    """Tokens proposed over the request."""
+    steps: float
+    """Sequence-steps: at batch 1 the request's engine steps (the prefill plus every verification); under load
+    the sequences of one batch size (`level_samples`)."""
+    drafted: float
+    """Tokens proposed in them."""
 
 
 def fit(samples: Sequence[Sample]) -> SpecOverhead:
@@ -102,9 +115,48 @@ def fit(samples: Sequence[Sample]) -> SpecOverhead:
     return SpecOverhead(a, b, names, len(samples))
 
 
+def fit_drafted(samples: Sequence[Sample], step_s: float) -> SpecOverhead:
+    """The per-drafted-token term alone (least squares, >= 0) with the per-sequence one held at `step_s`: under
+    load (`level_samples`) the few timed variants' steps cannot pin both, and the proposer's per-sequence cost is
+    the batch-1 one."""
+    drafted = sum(s.drafted * s.drafted for s in samples)
+    if not samples or drafted <= 0:
+        return NONE
+    b = sum((s.residual_s - step_s * s.steps) * s.drafted for s in samples) / drafted
+    return SpecOverhead(step_s, max(b, 0.0), tuple(sorted({s.variant for s in samples})), len(samples))
+
+
 def leave_one_out(samples: Sequence[Sample], variants: Sequence[str]) -> dict[str, SpecOverhead]:
     """For each of `variants`: the terms fitted on every sample of the other variants (see the module)."""
     return {name: fit([s for s in samples if s.variant != name]) for name in variants}
+
+
+MIN_LEVEL_STEPS = 10
+"""Decoding steps of one batch size a variant's measured run must show for `level_samples` to use them."""
+
+
+def level_samples(
+    variant: str,
+    runs: LevelRun | Sequence[LevelRun],
+    passes: Mapping[str, Sequence[tuple[int, int]]],
+    table: StepCostTable,
+    step_s: float,
+) -> list[Sample]:
+    """What a timed speculative variant's steps cost under load beyond the table and the level's step correction
+    (`step_s`, read off the baseline's decoding steps at the same level): one sample per batch size its measured
+    run(s) show in at least `MIN_LEVEL_STEPS` decoding steps (`figures.speculative_steps`), the median of
+    (measured - `table.step_s(B, carried / B)` - `step_s`) against B sequences and the median tokens drafted.
+    Medians, not every step: a step's gap also holds whatever else the machine did then (and the median of a
+    linear function of the drafted tokens is that function of their median, so the pair lines up)."""
+    by_batch: dict[int, list[tuple[float, float]]] = {}
+    for sequences, carried, seconds in speculative_steps(runs, passes):
+        residual = seconds - table.step_s(sequences, carried / sequences) - step_s
+        by_batch.setdefault(sequences, []).append((residual, carried - sequences))
+    return [
+        Sample(variant, statistics.median(r for r, _ in rows), sequences, statistics.median(d for _, d in rows))
+        for sequences, rows in sorted(by_batch.items())
+        if len(rows) >= MIN_LEVEL_STEPS
+    ]
 
 
 def median_by_request(values: Mapping[str, Sequence[float]]) -> dict[str, float]:
