@@ -6,6 +6,7 @@ measured in tests/test_vllm_e2e.py and benchmarks/vllm_step_costs.py."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 from typing import Any
@@ -115,7 +116,7 @@ def test_the_engine_measures_on_the_baselines_server(
     engine = open_engine(str(tiny_models[0]), vllm_python=fake_vllm, log_dir=tmp_path)
     try:
         grid = StepCostGrid(batch_sizes=(1, 2), tokens=(1, 3), prefill_lengths=(16,), context=32, repeats=1)
-        measured = engine.step_costs(grid)
+        measured = engine.step_costs(grid=grid)
     finally:
         engine.close()
     assert [launch.variant for launch in engine.launches] == ["baseline"]
@@ -151,3 +152,16 @@ def test_a_later_pass_over_the_same_requests_finds_none_of_its_prompts_cached(
     finally:
         engine.close()
     assert cached == [0.0] * 5
+
+
+def test_the_grid_leaves_out_what_the_run_cannot_use() -> None:
+    """Batch sizes up to the first that holds the run's most sequences in a step, token counts up to the first
+    that holds its longest verification; the predictor interpolates between (and beyond) what is left."""
+    grid = StepCostGrid()
+    assert (grid.batch_sizes, grid.tokens) == ((1, 2, 4, 8), (1, 2, 3, 5, 9))
+    assert grid.covering() == grid
+    assert grid.covering(max_batch=4, max_tokens=5).batch_sizes == (1, 2, 4)
+    assert grid.covering(max_batch=3, max_tokens=4).tokens == (1, 2, 3, 5)
+    assert grid.covering(max_batch=3).batch_sizes == (1, 2, 4)
+    assert grid.covering(max_batch=1, max_tokens=1) == dataclasses.replace(grid, batch_sizes=(1,), tokens=(1,))
+    assert grid.covering(max_batch=16, max_tokens=17) == grid  # beyond the grid: all of it (extrapolated past)

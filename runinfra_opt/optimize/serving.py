@@ -44,16 +44,24 @@ STEP_COSTS_KEY = "step_costs"
 
 
 def measure(state: RunState) -> None:
-    """Phase `cost` on a serving engine: the step-cost table on the baseline's server. When the server does not
-    allow the measurement (e.g. no prefix-cache metrics), nothing is predicted and every variant is timed, with
-    the reason in `phases_skipped` and the notes; a server that died shows again in the baseline phase."""
+    """Phase `cost` on a serving engine: the step-cost table on the baseline's server, as far as the run can use it
+    (steps of up to the largest closed loop's concurrency, 1 at batch 1 only, each sequence carrying up to 1 + the
+    largest predictable lookahead). When the server does not allow the measurement (e.g. no prefix-cache
+    metrics), nothing is predicted and every variant is timed, with the reason in `phases_skipped` and the notes;
+    a server that died shows again in the baseline phase."""
     from runinfra_opt.errors import EngineError
+    from runinfra_opt.load import Concurrency
+    from runinfra_opt.optimize import underload
 
     assert state.engine is not None
     engine = cast(StepCostMeter, state.engine)
+    levels = underload.levels_of(state)
+    closed = all(isinstance(level, Concurrency) for level in levels)  # an open loop's in-flight count is unbounded
+    max_batch = max([1] + [level.concurrency for level in levels if isinstance(level, Concurrency)]) if closed else None
+    max_tokens = 1 + max([v.lookahead for v in state.space if predictable(v)] + [0])
     state.reporter.phase("cost", None, "measuring step costs on the baseline's server")
     try:
-        measurement = engine.step_costs()
+        measurement = engine.step_costs(max_batch, max_tokens)
     except EngineError as exc:
         reason = f"the step costs could not be measured on the baseline's server: {str(exc).splitlines()[0]}"
         for phase in ("cost", "predict", "repredict"):

@@ -339,13 +339,18 @@ class VllmEngine:
             accepted_tokens=round(counters.accepted_tokens),
         )
 
-    def step_costs(self, grid: StepCostGrid | None = None) -> StepCostMeasurement:
+    def step_costs(
+        self, max_batch: int | None = None, max_tokens: int | None = None, *, grid: StepCostGrid | None = None
+    ) -> StepCostMeasurement:
         """The target's step-cost table (`runinfra_opt.engine.vllm.stepcost`), measured on the baseline's server
-        as the manifest serves it (started if it is not the running one), while nothing else is sent to it."""
+        as the manifest serves it (started if it is not the running one), while nothing else is sent to it; the
+        default grid (or `grid`), without the cells past `max_batch` sequences and `max_tokens` tokens a
+        sequence (`StepCostGrid.covering`)."""
         self._server_for(BASELINE)
         assert self._client is not None
         vocab, context = len(self.prompts.tokenizer), self.max_model_len
-        measure = measure_async(self._client, grid or StepCostGrid(), vocab_size=vocab, max_model_len=context)
+        grid = (grid or StepCostGrid()).covering(max_batch, max_tokens)
+        measure = measure_async(self._client, grid, vocab_size=vocab, max_model_len=context)
         return self._loop.run_until_complete(measure)
 
     def _scrape(self, server: VllmServer, variant: Variant) -> metrics.EngineCounters:
