@@ -212,7 +212,7 @@ def predict(state: RunState, *, after_confirm: bool = False, interim: bool = Fal
             "ranking_predicted_tokens_per_s",
             {v.name: v.predicted.tokens_per_s for v in results.variants if v.predicted is not None},
         )
-    level_runs = _baseline_level_runs(state) if after_confirm else {}
+    level_runs = _level_runs(state, BASELINE) if after_confirm else {}
     levels = underload.levels_of(state)
     level_calibrations: dict[str, Calibration | None] = {}
     for level in levels:
@@ -326,22 +326,19 @@ def _level_spec_overheads(
     (benchmarks/repredict.py), concurrency-4 errors of the confirmed variants fell from 7.9% to 6.3% on average.
     Recorded in `results.cost_model[SPEC_OVERHEAD_KEY]["levels"]`."""
     from runinfra_opt.load.overhead import Sample, fit_drafted, level_samples
-    from runinfra_opt.load.store import read_run
 
+    timed = {v.name: _level_runs(state, v) for v in variants if v.name in batch1}
+    timed = {name: runs for name, runs in timed.items() if runs}
     out: dict[str, dict[str, SpecOverhead]] = {}
     recorded: dict[str, Any] = {}
     for level, calibration in calibrations.items():
         if calibration is None:
             continue
         samples: list[Sample] = []
-        for variant in variants:
-            runs = [
-                read_run(state.run_dir / lr.records)
-                for lr in state.variant_result(variant).load
-                if variant.name in batch1 and lr.level == level and lr.records and (state.run_dir / lr.records).exists()
-            ]
-            by_id = {item.request.id: item.passes for item in passes[variant.name]}
-            samples += level_samples(variant.name, runs, by_id, table, calibration.corrections.step_s) if runs else []
+        for name, runs in timed.items():
+            if level in runs:
+                by_id = {item.request.id: item.passes for item in passes[name]}
+                samples += level_samples(name, runs[level], by_id, table, calibration.corrections.step_s)
         fitted = {name: fit_drafted([s for s in samples if s.variant != name], t.step_s) for name, t in batch1.items()}
         out[level] = {name: t for name, t in fitted.items() if t.fitted_on}
         if out[level]:
@@ -383,11 +380,12 @@ def _as_served(base_passes: list[RequestPasses], runs: list[LevelRun]) -> list[R
     return out
 
 
-def _baseline_level_runs(state: RunState) -> dict[str, LevelRun]:
+def _level_runs(state: RunState, variant: Variant) -> dict[str, LevelRun]:
+    """The variant's measured run at each load level, read from its records (none: not measured there)."""
     from runinfra_opt.load.store import read_run
 
     out = {}
-    for lr in state.variant_result(BASELINE).load:
+    for lr in state.variant_result(variant).load:
         if lr.records:
             path = state.run_dir / lr.records
             if path.exists():

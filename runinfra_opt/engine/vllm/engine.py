@@ -342,10 +342,9 @@ class VllmEngine:
     def step_costs(
         self, max_batch: int | None = None, max_tokens: int | None = None, *, grid: StepCostGrid | None = None
     ) -> StepCostMeasurement:
-        """The target's step-cost table (`runinfra_opt.engine.vllm.stepcost`), measured on the baseline's server
-        as the manifest serves it (started if it is not the running one), while nothing else is sent to it; the
-        default grid (or `grid`), without the cells past `max_batch` sequences and `max_tokens` tokens a
-        sequence (`StepCostGrid.covering`)."""
+        """The target's step-cost table (`runinfra_opt.engine.vllm.stepcost`) on the baseline's server as the
+        manifest serves it (started if it is not the running one), nothing else sent to it meanwhile; the default
+        grid (or `grid`) less the cells past `max_batch` and `max_tokens` (`StepCostGrid.covering`)."""
         self._server_for(BASELINE)
         assert self._client is not None
         vocab, context = len(self.prompts.tokenizer), self.max_model_len
