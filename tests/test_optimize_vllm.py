@@ -92,6 +92,17 @@ def test_optimize_times_each_variant_on_its_own_server(
                 assert r.lossless is True
                 assert r.drafted_tokens > 0
                 assert 0 < r.accepted_tokens <= r.drafted_tokens
+    # the baseline pass is the baseline's first repeat (same server, same requests): only the second is sent again
+    passed = {r["request_id"]: r for r in results.profile["baseline"]}
+    base = results.variant("baseline")
+    assert base is not None
+    first = [r for r in base.measured_requests if r.repeat == 0]
+    assert sorted((r.request_id, r.e2e_s, r.ttft_s) for r in first) == sorted(
+        (r["request_id"], r["e2e_s"], r["ttft_s"]) for r in passed.values()
+    )
+    second = [r for r in base.measured_requests if r.repeat == 1]
+    assert len(second) == len(PROMPTS)
+    assert all(r.e2e_s != passed[r.request_id]["e2e_s"] for r in second)  # timed again
     # the stand-in streams speculative steps faster: speculation wins, and the manifest carries exactly the
     # arguments its server was launched with
     assert results.decision is not None
