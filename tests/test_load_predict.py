@@ -408,3 +408,34 @@ def test_the_baseline_is_calibrated_on_the_lengths_its_run_served() -> None:
     assert served["r0"].output_tokens == 9  # 2, 9, 9: the median
     assert served["r0"].passes == ((1, 1),) * 8
     assert served["r1"] == items[1]
+
+
+def test_the_batch1_calibration_pools_the_baselines_repeats() -> None:
+    """Each measured repeat is one pass over the requests every repeat holds; calibrated on a slow and a fast repeat,
+    the baseline's prediction lands on their pooled tokens/s (as its measured figure pools them), not on the slower
+    record of each request."""
+    from runinfra_opt.optimize.serving import calibration_runs
+    from runinfra_opt.records import RequestRecord
+
+    items = [_item(i, 20) for i in range(3)]
+    by_id = {item.request.id: item.request for item in items}
+
+    def record(i: int, repeat: int, step_s: float) -> RequestRecord:
+        return RequestRecord(
+            request_id=f"r{i}", category="c", repeat=repeat, prompt_tokens=10, output_tokens=20, ttft_s=0.06,
+            e2e_s=0.06 + 19 * step_s, target_passes=20,
+        )  # fmt: skip
+
+    measured = [record(i, 0, 0.030) for i in range(3)] + [record(i, 1, 0.020) for i in range(3)]
+    measured.append(record(3, 1, 0.020))  # a request only one repeat holds: left out of both
+    served, runs = calibration_runs(measured, items, by_id)
+    assert [p.request.id for p in served] == ["r0", "r1", "r2"]
+    assert [[r.request_id for r in run.records] for run in runs] == [["r0", "r1", "r2"]] * 2
+    calibration = calibrate(Concurrency(1), served, CONSTANT, runs)
+    pooled = figures(runs).tokens_per_s
+    assert pooled is not None
+    assert calibration.calibrated.tokens_per_s == pytest.approx(pooled, rel=0.02)
+    slow_only = figures(runs[0]).tokens_per_s
+    assert slow_only is not None
+    assert slow_only < 0.85 * pooled  # what the slower record of each request would have given
+    assert calibration_runs([], items, by_id) == ([], [])
