@@ -28,6 +28,28 @@ def test_non_monotonic_in_tokens_is_kept_and_interpolated():
     assert t.step_s(1, 2) == pytest.approx(0.013)
 
 
+def test_monotone_pools_the_cells_a_row_falls_at_and_keeps_rising_rows():
+    t = table()
+    m = t.monotone()
+    assert m.seconds[0] == pytest.approx((0.010, 0.015, 0.015))  # 0.016 then 0.014: both their mean
+    assert m.seconds[1] == t.seconds[1]  # already rising: as measured
+    assert (m.batch_sizes, m.tokens, m.prefill, m.context, m.method) == (
+        t.batch_sizes, t.tokens, t.prefill, t.context, t.method,
+    )  # fmt: skip
+    assert m.step_s(1, 4) == pytest.approx(0.015)
+    assert m.monotone() == m
+
+
+def test_the_serving_predictor_prices_steps_with_the_monotone_table():
+    from types import SimpleNamespace
+
+    from runinfra_opt.optimize.serving import STEP_COSTS_KEY, step_table
+
+    state = SimpleNamespace(results=SimpleNamespace(cost_model={STEP_COSTS_KEY: {"table": table().to_dict()}}))
+    assert step_table(state) == table().monotone()  # type: ignore[arg-type]
+    assert state.results.cost_model[STEP_COSTS_KEY]["table"] == table().to_dict()  # the measured cells are kept
+
+
 def test_batch_sizes_between_and_beyond_are_linear():
     t = table()
     assert t.step_s(2, 1) == pytest.approx(0.010 + (0.020 - 0.010) / 3)

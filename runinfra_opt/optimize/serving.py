@@ -75,9 +75,11 @@ def measure(state: RunState) -> None:
 
 
 def step_table(state: RunState) -> StepCostTable:
+    """The measured table as the predictor prices steps with it: each row non-decreasing in the tokens per sequence
+    (`StepCostTable.monotone`; the results keep the measured cells)."""
     from runinfra_opt.load.stepcost import StepCostTable
 
-    return StepCostTable.from_dict(state.results.cost_model[STEP_COSTS_KEY]["table"])
+    return StepCostTable.from_dict(state.results.cost_model[STEP_COSTS_KEY]["table"]).monotone()
 
 
 def predictable(variant: Variant) -> bool:
