@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import signal
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -22,6 +23,14 @@ from typer.testing import CliRunner
 
 from tests.isolation import snapshot, user_cache_dir
 from tests.tiny_models import build_pair
+
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    # A suite started in the background of a script (`cmd &` without job control, or under `nohup`) inherits
+    # SIGINT ignored, and every process a test starts would inherit it too: the tests that press Ctrl-C on the CLI
+    # or on a server's driver then wait for a signal that never acts (both failed so under `-n 2` in the full
+    # suites of 2026-12-03, started that way). They test what a user's Ctrl-C does, so each test process takes
+    # Python's own handler back and the processes it starts begin with SIGINT at its default.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 FAKE_VLLM = Path(__file__).parent / "fake_vllm"
 

@@ -171,8 +171,14 @@ def test_the_documented_pipelines_run_as_written(tmp_path: Path, tiny_models: tu
     # Second run: costs come from the restored cache, and the gate compares with the first run's artifact.
     workspace, output, summary = run_github(pipeline)
     second = load_results(workspace / "runinfra-run" / "results.json")
-    assert second.cost_model["provenance"]["cached"]
-    assert not second.cost_model["provenance"]["measured"]
+    provenance = second.cost_model["provenance"]
+    checked_again = [n.text for n in second.notes if n.text.startswith("the cached cost model predicted")]
+    if checked_again:  # read from the cache, found off its baseline pass (a busy machine), measured again
+        assert provenance["measured"], (checked_again, provenance)
+        assert not provenance["cached"], (checked_again, provenance)
+    else:  # a cache that was not restored, or not where the run reads it, would be measured without that note
+        assert provenance["cached"], provenance
+        assert not provenance["measured"], provenance
     assert "Gate passed" in output
     assert "Gate passed" in summary  # --github appends the comparison to the job summary
 
