@@ -155,8 +155,8 @@ def calibration_runs(
     by_repeat: dict[int, dict[str, RequestRecord]] = {}
     for record in measured:
         by_repeat.setdefault(record.repeat, {})[record.request_id] = record
-    served = [p for p in passes if all(p.request.id in rows for rows in by_repeat.values())]
-    if not served or not by_repeat:
+    served = [p for p in passes if all(p.request.id in rows for rows in by_repeat.values())] if by_repeat else []
+    if not served:
         return [], []
     return served, [batch1_run([rows[p.request.id] for p in served], by_id) for _, rows in sorted(by_repeat.items())]
 
