@@ -219,6 +219,22 @@ def resolve_device(device: str) -> str:
     raise UserInputError(f"--device {device}: expected auto, cpu or cuda[:N]")
 
 
+NATIVE_BF16_CPU_FLAGS = ("avx512_bf16", "amx_bf16")
+"""CPU flags (`/proc/cpuinfo`) of bfloat16 arithmetic in hardware. Without one, bfloat16 on the CPU is emulated
+in float32 with conversions around it: slower than float32 itself (docs/engines.md, "dtype")."""
+
+
+def cpu_has_native_bf16(cpuinfo: str | None = None) -> bool:
+    """Whether this CPU computes in bfloat16 natively (AVX512-BF16 or AMX); False where it cannot tell."""
+    if cpuinfo is None:
+        try:
+            cpuinfo = Path("/proc/cpuinfo").read_text(encoding="utf-8")
+        except OSError:
+            return False
+    flags = {flag for line in cpuinfo.splitlines() if line.startswith("flags") for flag in line.split()}
+    return any(flag in flags for flag in NATIVE_BF16_CPU_FLAGS)
+
+
 def resolve_dtype(dtype: str, device: str) -> torch.dtype:
     """`auto` -> bfloat16 on CUDA, float32 on CPU."""
     import torch

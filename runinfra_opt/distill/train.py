@@ -28,6 +28,7 @@ from transformers import LlamaConfig, LlamaForCausalLM
 from runinfra_opt.distill.config import HEAD_DIM, DistillConfig
 from runinfra_opt.distill.data import TeacherData
 from runinfra_opt.errors import UserInputError
+from runinfra_opt.models import cpu_has_native_bf16
 
 CHECKPOINT_VERSION = 1
 WARMUP_STEPS = 20
@@ -391,11 +392,7 @@ def use_autocast(train_dtype: str, device: str) -> bool:
         return train_dtype == "bfloat16"
     if device.startswith("cuda"):
         return bool(torch.cuda.is_bf16_supported())
-    try:
-        flags = Path("/proc/cpuinfo").read_text(encoding="utf-8")
-    except OSError:
-        return False
-    return "avx512_bf16" in flags or "amx_bf16" in flags
+    return cpu_has_native_bf16()
 
 
 def train(

@@ -40,7 +40,7 @@ from runinfra_opt.engine.prompts import PromptTokenizer
 from runinfra_opt.engine.protocol import Capability, LoadMeasurement, cpu_model_name
 from runinfra_opt.engine.vllm import metrics
 from runinfra_opt.engine.vllm.client import CompletionRequest, OpenAIClient, RequestResult
-from runinfra_opt.engine.vllm.environment import VllmEnvironment, resolve_environment
+from runinfra_opt.engine.vllm.environment import VllmEnvironment, auto_dtype, resolve_environment
 from runinfra_opt.engine.vllm.server import DEFAULT_STARTUP_TIMEOUT_S, ServerConfig, ServeSettings, VllmServer
 from runinfra_opt.engine.vllm.stepcost import StepCostGrid, StepCostMeasurement, measure_async
 from runinfra_opt.errors import EngineError, UserInputError
@@ -55,10 +55,6 @@ from runinfra_opt.workload.model import Request
 DEFAULT_MAX_MODEL_LEN = 2048
 """`--max-model-len` of every server (and the context requests must fit): the bundled workloads fit, and the
 KV cache for it stays small on CPU."""
-DEFAULT_DTYPE = "bfloat16"
-"""`--dtype auto` on the vLLM engine: what vLLM's CPU backend runs fastest and users deploy. Greedy outputs in
-bfloat16 are not bit-exact across speculative configurations (the near-tie rule judges them); `--dtype
-float32` is exact where vLLM's kernels allow."""
 DTYPES = ("bfloat16", "float16", "float32")
 WARMUP_REQUESTS = 2
 """Untimed requests after each launch: the first after start-up compiles (seconds), the second settles."""
@@ -451,16 +447,16 @@ def open_engine(
         raise UserInputError("--threads is not used by the vllm engine (vLLM sizes its own CPU threads)")
     if device not in ("auto", "cpu", "cuda"):
         raise UserInputError(f"--device {device}: the vllm engine runs on its build's device (auto, cpu or cuda)")
-    chosen = DEFAULT_DTYPE if dtype == "auto" else dtype
-    if chosen not in DTYPES:
+    if dtype != "auto" and dtype not in DTYPES:
         raise UserInputError(f"--dtype {dtype}: the vllm engine takes auto, {', '.join(DTYPES)}")
     environment = resolve_environment(vllm_python)
+    chosen = auto_dtype(environment) if dtype == "auto" else dtype
     model_dir, target_info, layers = _model_info(target, dtype=chosen)
     prompts = PromptTokenizer.load(target, skip_too_long=skip_too_long)
     if prompts.context_length is None or prompts.context_length > DEFAULT_MAX_MODEL_LEN:
         prompts.context_length = DEFAULT_MAX_MODEL_LEN
     if on_load is not None:
-        on_load(f"target {target_info['name']} (vLLM {environment.vllm_version})")
+        on_load(f"target {target_info['name']} (vLLM {environment.vllm_version}, {chosen})")
     draft_models: dict[str, tuple[str, dict[str, Any]]] = {}
     for spec in drafts:
         if draft_owner(spec) is not None:  # an EAGLE head: vLLM loads it by path (validated with the options)
