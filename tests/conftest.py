@@ -21,8 +21,16 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from tests.isolation import snapshot, user_cache_dir
-from tests.tiny_models import build_pair
+# One torch thread per test process unless a test asks for more (`--threads N`): `make test` runs two workers on
+# a 2-core machine, and two processes each running a 2-thread torch (or a Ray trial beside one) wait on each
+# other's descheduled threads at every parallel op: in the full suite of 2026-12-04 the Ray executor's structure
+# test took 211 s against 18 s alone, beside `optimize` on SmolLM2 with --threads 2. Set before torch is imported
+# anywhere in the suite; subprocesses (CLI drivers, lock jobs, vLLM servers, which use one thread here anyway)
+# inherit it. A value already in the environment is kept.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+from tests.isolation import snapshot, user_cache_dir  # noqa: E402 (after OMP_NUM_THREADS)
+from tests.tiny_models import build_pair  # noqa: E402
 
 if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
     # A suite started in the background of a script (`cmd &` without job control, or under `nohup`) inherits

@@ -48,8 +48,6 @@ def test_optimize_on_smollm2(runner: CliRunner, tmp_path: Path) -> None:
         "2",
         "--repeats",
         "1",
-        "--threads",
-        "2",
         "--run-dir",
         str(tmp_path / "run"),
         "--out",

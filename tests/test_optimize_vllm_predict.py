@@ -76,6 +76,14 @@ def test_predictive_run_launches_only_the_baseline_and_the_confirmed_candidates(
     table = results.cost_model["step_costs"]["table"]
     # as far as the run can use: at most 2 in flight, verifications of up to 8 drafts
     assert (table["batch_sizes"], table["tokens"]) == ([1, 2], [1, 2, 3, 5, 9])
+    # prefills up to the first measured length that holds the two longest prompts together, and no further
+    baseline = results.variant("baseline")
+    assert baseline is not None
+    two_longest = sum(sorted({r.request_id: r.prompt_tokens for r in baseline.measured_requests}.values())[-2:])
+    lengths = [n for n, _ in table["prefill"]]
+    assert lengths == [n for n in (64, 256, 512, 1024) if n < two_longest] + [
+        next(n for n in (64, 256, 512, 1024) if n >= two_longest)
+    ], (lengths, two_longest)
     # Predicted: every variant, at batch 1 and at both levels (the baseline too).
     grid = {"baseline", "vllm_ngram-m1-n3-k2", "vllm_ngram-m1-n3-k4", "vllm_ngram-m1-n3-k8"}
     names = {v.name for v in results.variants}

@@ -1,10 +1,12 @@
-"""Real vLLM on loopback (not a mock): the bundled SmolLM2 served by a baseline server and an n-gram server,
-a few short greedy requests each through our client, /metrics diffed per request, the n-gram rule and its
-simulation checked against vLLM's own, a server killed mid-run reported as failed, nothing left behind.
+"""Real vLLM on loopback (not a mock): the bundled SmolLM2 served by a baseline server (a few short greedy
+requests through our client, /metrics diffed per request, then killed mid-run and reported as failed), and by
+`optimize --engine vllm` on a baseline and an n-gram server of its own (the n-gram server's per-request counters
+checked against our simulation of vLLM's proposer, its outputs against the baseline's); vLLM's n-gram rule and
+its `vllm serve` parser checked directly; nothing left behind.
 
 Needs the vLLM environment: `make test` installs it first (`runinfra-opt engine install vllm`, cached
-under the user's cache) and passes its python in RUNINFRA_OPT_VLLM_PYTHON. Each
-server takes ~2 minutes to start on 2 cores, so servers are module-scoped and started one at a time.
+under the user's cache) and passes its python in RUNINFRA_OPT_VLLM_PYTHON. Each server takes 1.5-2 minutes to
+start on 2 cores, so the module launches three, one at a time.
 """
 
 from __future__ import annotations
@@ -99,13 +101,12 @@ def smollm2(tmp_path_factory: pytest.TempPathFactory, _session_models: Path) -> 
     return str(model_dir), [list(tokenizer(p)["input_ids"]) for p in PROMPTS]
 
 
-def _serve(
-    python: str, model: str, prompts: list[list[int]], log_dir: Path, speculative: dict[str, Any] | None
-) -> dict[str, Any]:
-    """Start a server, warm up, send each prompt alone with /metrics scraped around it, stop the server."""
-    config = ServerConfig(model, dtype=DTYPE, max_model_len=MAX_MODEL_LEN, speculative_config=speculative, seed=0)
+def _serve(python: str, model: str, prompts: list[list[int]], log_dir: Path) -> dict[str, Any]:
+    """Start a baseline server, warm up, send each prompt alone with /metrics scraped around it, then kill the
+    server mid-run: the next request fails as data, and the server reports that it died."""
+    config = ServerConfig(model, dtype=DTYPE, max_model_len=MAX_MODEL_LEN, seed=0)
     run: dict[str, Any] = {"results": [], "counters": []}
-    with VllmServer(python, config, log_dir, name="ngram" if speculative else "baseline") as server:
+    with VllmServer(python, config, log_dir, name="baseline") as server:
         assert server.process is not None
         run["pgid"] = server.process.pid
         run["server"] = server
@@ -117,27 +118,21 @@ def _serve(
             (result,), _ = replay(server.base_url, server.api_key, server.model_name, [request])
             run["results"].append(result)
             run["counters"].append(metrics.scrape(server.base_url).minus(before))
-        if speculative is None:  # a server killed mid-run: requests fail as data, the server reports it
-            os.killpg(server.process.pid, signal.SIGKILL)
-            assert wait_gone(server.process.pid)
-            deadline = time.monotonic() + 30  # a multi-threaded process is reaped only once every thread is gone
-            while server.alive() and time.monotonic() < deadline:
-                time.sleep(0.1)
-            run["after_kill"] = replay(server.base_url, server.api_key, server.model_name, [request])[0][0]
-            with pytest.raises(ServerError) as died:
-                server.check_alive()
-            run["died"] = str(died.value)
+        os.killpg(server.process.pid, signal.SIGKILL)
+        assert wait_gone(server.process.pid)
+        deadline = time.monotonic() + 30  # a multi-threaded process is reaped only once every thread is gone
+        while server.alive() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        run["after_kill"] = replay(server.base_url, server.api_key, server.model_name, [request])[0][0]
+        with pytest.raises(ServerError) as died:
+            server.check_alive()
+        run["died"] = str(died.value)
     return run
 
 
 @pytest.fixture(scope="module")
 def baseline(vllm_python: str, smollm2: tuple[str, list[list[int]]], tmp_path_factory: pytest.TempPathFactory) -> Any:
-    return _serve(vllm_python, *smollm2, tmp_path_factory.mktemp("vllm-logs"), None)
-
-
-@pytest.fixture(scope="module")
-def ngram(vllm_python: str, smollm2: tuple[str, list[list[int]]], tmp_path_factory: pytest.TempPathFactory) -> Any:
-    return _serve(vllm_python, *smollm2, tmp_path_factory.mktemp("vllm-logs"), NGRAM)
+    return _serve(vllm_python, *smollm2, tmp_path_factory.mktemp("vllm-logs"))
 
 
 def _check_measured(result: RequestResult) -> None:
@@ -197,39 +192,6 @@ def test_killed_server_is_reported_as_failed(baseline: dict[str, Any]) -> None:
     assert "last lines" in baseline["died"]
 
 
-def test_ngram_server_speculates_and_counters_match_the_simulation(
-    ngram: dict[str, Any], smollm2: tuple[str, list[list[int]]]
-) -> None:
-    _, prompts = smollm2
-    total_accepted = 0.0
-    for prompt, result, counters in zip(prompts, ngram["results"], ngram["counters"], strict=True):
-        _check_measured(result)
-        assert counters.generation_tokens == result.output_tokens
-        assert sum(counters.accepted_per_position.values()) == counters.accepted_tokens
-        sim = simulate(
-            prompt,
-            result.output_token_ids,
-            k=NGRAM["num_speculative_tokens"],
-            prompt_lookup_min=NGRAM["prompt_lookup_min"],
-            prompt_lookup_max=NGRAM["prompt_lookup_max"],
-            max_model_len=MAX_MODEL_LEN,
-        )
-        assert counters.drafts == sim.drafts, result.request_id
-        assert counters.draft_tokens == sim.draft_tokens, result.request_id
-        if sim.last_pass_lower_bound:
-            assert counters.accepted_tokens >= sim.accepted_tokens, result.request_id
-        else:
-            assert counters.accepted_tokens == sim.accepted_tokens, result.request_id
-        total_accepted += counters.accepted_tokens
-    assert total_accepted > 0
-    assert not group_members(ngram["pgid"])
-
-
-def test_ngram_output_equals_baseline_in_float32(baseline: dict[str, Any], ngram: dict[str, Any]) -> None:
-    for base, spec in zip(baseline["results"], ngram["results"], strict=True):
-        assert spec.output_token_ids == base.output_token_ids, base.request_id
-
-
 def test_serve_args_parse_with_vllms_own_parser(vllm_python: str, smollm2: tuple[str, list[list[int]]]) -> None:
     """What a manifest carries is what vLLM's `vllm serve` parser reads back; a speculative config vLLM
     rejects is caught in seconds, before a launch."""
@@ -248,59 +210,74 @@ def test_serve_args_parse_with_vllms_own_parser(vllm_python: str, smollm2: tuple
 
 
 def test_optimize_on_vllm_measures_each_variant_on_its_own_server(
-    vllm_python: str, smollm2: tuple[str, list[list[int]]], tmp_path: Path
+    vllm_python: str, smollm2: tuple[str, list[list[int]]], baseline: dict[str, Any], tmp_path: Path
 ) -> None:
     """`optimize --engine vllm` end to end on real servers: the baseline and one vLLM n-gram variant, each on
     its own server launched with the manifest's arguments (checked with vLLM's own parser), outputs compared,
-    counters recorded, two load levels served on the same servers, nothing left running."""
+    counters recorded per request at batch 1 and equal to our simulation of vLLM's proposer, a load level served
+    on the same servers, nothing left running."""
     import yaml
     from typer.testing import CliRunner
 
     from runinfra_opt.cli.app import app
     from runinfra_opt.results import load_results
 
-    model, _ = smollm2
+    model, prompt_ids = smollm2
     workload = tmp_path / "w.jsonl"
-    workload.write_text("".join(json.dumps({"id": f"r{i}", "prompt": p}) + "\n" for i, p in enumerate(PROMPTS[:2])))
+    workload.write_text("".join(json.dumps({"id": f"r{i}", "prompt": p}) + "\n" for i, p in enumerate(PROMPTS)))
     run_dir, out = tmp_path / "run", tmp_path / "m.yaml"
     args = ["optimize", "--engine", "vllm", "--vllm-python", vllm_python, "--target", model, "--dtype", DTYPE]
     args += ["--workload", str(workload), "--methods", "vllm_ngram", "--lookahead", "4", "--ngram-max", "3"]
     args += ["--max-tokens", str(MAX_TOKENS), "--repeats", "1", "--run-dir", str(run_dir), "--out", str(out)]
-    args += ["--load", "concurrency:1,2"]
+    # One load level: a second one costs a measurement per server, and two levels whose leaders differ by noise
+    # add a k schedule and a third launch (optimize.md, "k schedule"; tests/test_optimize_vllm_load.py has both).
+    args += ["--load", "concurrency:2"]
     result = CliRunner().invoke(app, args, catch_exceptions=False)
     assert result.exit_code in (0, 4), result.output
     results = load_results(run_dir / "results.json")
     assert results.status == "complete"
-    launched = [launch["variant"] for launch in results.launches]
-    assert launched[:2] == ["baseline", "vllm_ngram-m1-n3-k4"]
-    assert results.load is not None
-    # On two requests and one repeat the lookahead chosen at concurrency 1 and at 2 may differ (k 0 at one, k 4 at
-    # the other, by noise: CI saw it); then the run builds a k schedule from them and serves it as one more
-    # variant on its own server (optimize.md, "k schedule"). A third launch is that schedule and nothing else.
-    schedule = results.load.schedule
-    if schedule is None:
-        assert launched == ["baseline", "vllm_ngram-m1-n3-k4"]
-    else:
-        assert launched == ["baseline", "vllm_ngram-m1-n3-k4", schedule.variant]
-        assert schedule.variant.startswith("vllm_ngram-m1-n3-sched_")
-        assert set(schedule.built_from) == {"concurrency:1", "concurrency:2"}
-        measured = results.variant(schedule.variant)
-        assert measured is not None
-        assert [lr.level for lr in measured.load] == ["concurrency:1", "concurrency:2"]
+    assert [launch["variant"] for launch in results.launches] == ["baseline", "vllm_ngram-m1-n3-k4"]
     assert all(launch["error"] is None and launch["startup_s"] > 0 for launch in results.launches)
+    # the step-cost table on the baseline's server, as far as the run can use it: 2 in flight, lookahead 4,
+    # prompts of under 64 tokens (two of them together under 256)
+    table = results.cost_model["step_costs"]["table"]
+    assert (table["batch_sizes"], table["tokens"]) == ([1, 2], [1, 2, 3, 5])
+    assert [n for n, _ in table["prefill"]] == [64, 256]
     spec = results.variant("vllm_ngram-m1-n3-k4")
     assert spec is not None
     assert spec.failed is None
     assert spec.disqualified is None  # float32: the n-gram server's outputs equal the baseline's
     assert all(r.lossless is True for r in spec.measured_requests)
-    assert sum(r.accepted_tokens for r in spec.measured_requests) > 0
-    # under load, on the same servers (no relaunch): both levels, every request answered, counters read
+    # at batch 1, each request's counters (drafted and accepted tokens, /metrics diffed around it) are what our
+    # simulation of vLLM's proposer gives on its prompt and output; the outputs are the baseline server's above
+    assert sorted(r.request_id for r in spec.measured_requests) == ["r0", "r1", "r2"]
+    total_accepted = 0
+    for record in spec.measured_requests:
+        index = int(record.request_id[1:])
+        assert record.output_ids == baseline["results"][index].output_token_ids, record.request_id
+        sim = simulate(
+            prompt_ids[index],
+            record.output_ids,
+            k=NGRAM["num_speculative_tokens"],
+            prompt_lookup_min=NGRAM["prompt_lookup_min"],
+            prompt_lookup_max=NGRAM["prompt_lookup_max"],
+            max_model_len=MAX_MODEL_LEN,
+        )
+        assert record.drafted_tokens == sim.draft_tokens, record.request_id
+        if sim.last_pass_lower_bound:
+            assert record.accepted_tokens >= sim.accepted_tokens, record.request_id
+        else:
+            assert record.accepted_tokens == sim.accepted_tokens, record.request_id
+        total_accepted += record.accepted_tokens
+    assert total_accepted > 0
+    # under load, on the same servers (no relaunch): every request answered, counters read
     for variant in (results.variant("baseline"), spec):
         assert variant is not None
-        assert [lr.level for lr in variant.load] == ["concurrency:1", "concurrency:2"]
-        assert all(lr.metrics.succeeded == 2 and lr.metrics.failed == 0 for lr in variant.load)
+        assert [lr.level for lr in variant.load] == ["concurrency:2"]
+        assert all(lr.metrics.succeeded == 3 and lr.metrics.failed == 0 for lr in variant.load)
     assert results.load is not None
-    assert [d.level for d in results.load.decisions] == ["concurrency:1", "concurrency:2"]
+    assert results.load.schedule is None
+    assert [d.level for d in results.load.decisions] == ["concurrency:2"]
     assert all((lr.drafted_tokens or 0) > 0 for lr in spec.load)
     manifest = yaml.safe_load(out.read_text())
     vllm = manifest["serving"]["vllm"]

@@ -156,7 +156,8 @@ def test_a_later_pass_over_the_same_requests_finds_none_of_its_prompts_cached(
 
 def test_the_grid_leaves_out_what_the_run_cannot_use() -> None:
     """Batch sizes up to the first that holds the run's most sequences in a step, token counts up to the first
-    that holds its longest verification; the predictor interpolates between (and beyond) what is left."""
+    that holds its longest verification, prefill lengths up to the first that holds the most prompt tokens a step
+    can carry; the predictor interpolates between (and beyond) what is left."""
     grid = StepCostGrid()
     assert (grid.batch_sizes, grid.tokens) == ((1, 2, 4, 8), (1, 2, 3, 5, 9))
     assert grid.covering() == grid
@@ -165,3 +166,8 @@ def test_the_grid_leaves_out_what_the_run_cannot_use() -> None:
     assert grid.covering(max_batch=3).batch_sizes == (1, 2, 4)
     assert grid.covering(max_batch=1, max_tokens=1) == dataclasses.replace(grid, batch_sizes=(1,), tokens=(1,))
     assert grid.covering(max_batch=16, max_tokens=17) == grid  # beyond the grid: all of it (extrapolated past)
+    assert grid.prefill_lengths == (64, 256, 512, 1024)
+    assert grid.covering(max_prefill=80).prefill_lengths == (64, 256)
+    assert grid.covering(max_prefill=256).prefill_lengths == (64, 256)
+    assert grid.covering(max_prefill=20).prefill_lengths == (64,)
+    assert grid.covering(max_prefill=5000).prefill_lengths == grid.prefill_lengths

@@ -172,10 +172,12 @@ class StepCosts(Protocol):
 class StepCostMeter(Protocol):
     """`Capability.STEP_COSTS`: the target's step-cost table, measured on the baseline's own server."""
 
-    def step_costs(self, max_batch: int | None = None, max_tokens: int | None = None) -> StepCosts:
+    def step_costs(
+        self, max_batch: int | None = None, max_tokens: int | None = None, max_prefill: int | None = None
+    ) -> StepCosts:
         """Measure on the baseline's server (launched if it is not up; it then serves the baseline as well), no
-        further than the run can use: steps of up to `max_batch` sequences carrying up to `max_tokens` tokens each
-        (None: the engine's full grid)."""
+        further than the run can use: steps of up to `max_batch` sequences carrying up to `max_tokens` tokens each,
+        prefills of up to `max_prefill` prompt tokens in one step (None: the engine's full grid)."""
         ...
 
 

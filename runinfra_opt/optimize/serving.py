@@ -59,9 +59,10 @@ def measure(state: RunState) -> None:
     closed = all(isinstance(level, Concurrency) for level in levels)  # an open loop's in-flight count is unbounded
     max_batch = max([1] + [level.concurrency for level in levels if isinstance(level, Concurrency)]) if closed else None
     max_tokens = 1 + max([v.lookahead for v in state.space if predictable(v)] + [0])
+    max_prefill = most_prefill_tokens(state, max_batch)
     state.reporter.phase("cost", None, "measuring step costs on the baseline's server")
     try:
-        measurement = engine.step_costs(max_batch, max_tokens)
+        measurement = engine.step_costs(max_batch, max_tokens, max_prefill)
     except EngineError as exc:
         reason = f"the step costs could not be measured on the baseline's server: {str(exc).splitlines()[0]}"
         for phase in ("cost", "predict", "repredict"):
@@ -72,6 +73,19 @@ def measure(state: RunState) -> None:
         state.reporter.end_phase()
     state.results.cost_model = {STEP_COSTS_KEY: measurement.to_dict(), "kind": "serving step costs"}
     state.save()
+
+
+def most_prefill_tokens(state: RunState, max_batch: int | None) -> int:
+    """The most prompt tokens one step of this run can prefill: the `max_batch` longest prompts of the workload
+    together (all of them under an open loop), at most the server's token budget per step. The step-cost table
+    needs prefill lengths up to there and no further (a json sample's prompts of 174-500 tokens at batch 1 never
+    prefill 1,024 in a step; that row alone took 13 of the table's 50 s on 2 cores, 2026-12-03f)."""
+    from runinfra_opt.load.predict import VLLM_CPU_SERVER
+
+    assert state.engine is not None
+    lengths = sorted((len(state.engine.prompts.prompt_ids(r)) for r in state.requests), reverse=True)
+    together = sum(lengths if max_batch is None else lengths[:max_batch])
+    return max(1, min(together, VLLM_CPU_SERVER.max_num_batched_tokens))
 
 
 def step_table(state: RunState) -> StepCostTable:

@@ -336,15 +336,17 @@ class VllmEngine:
         )
 
     def step_costs(
-        self, max_batch: int | None = None, max_tokens: int | None = None, *, grid: StepCostGrid | None = None
-    ) -> StepCostMeasurement:
+        self, max_batch: int | None = None, max_tokens: int | None = None, max_prefill: int | None = None,
+        *, grid: StepCostGrid | None = None,
+    ) -> StepCostMeasurement:  # fmt: skip
         """The target's step-cost table (`runinfra_opt.engine.vllm.stepcost`) on the baseline's server as the
         manifest serves it (started if it is not the running one), nothing else sent to it meanwhile; the default
-        grid (or `grid`) less the cells past `max_batch` and `max_tokens` (`StepCostGrid.covering`)."""
+        grid (or `grid`) less the cells past `max_batch`, `max_tokens` and `max_prefill`
+        (`StepCostGrid.covering`)."""
         self._server_for(BASELINE)
         assert self._client is not None
         vocab, context = len(self.prompts.tokenizer), self.max_model_len
-        grid = (grid or StepCostGrid()).covering(max_batch, max_tokens)
+        grid = (grid or StepCostGrid()).covering(max_batch, max_tokens, max_prefill)
         measure = measure_async(self._client, grid, vocab_size=vocab, max_model_len=context)
         return self._loop.run_until_complete(measure)
 

@@ -94,11 +94,14 @@ class StepCostGrid:
     """Tokens already in each sequence's KV cache during a measured step (rounded up to whole blocks)."""
     repeats: int = 3
 
-    def covering(self, max_batch: int | None = None, max_tokens: int | None = None) -> StepCostGrid:
+    def covering(
+        self, max_batch: int | None = None, max_tokens: int | None = None, max_prefill: int | None = None
+    ) -> StepCostGrid:
         """This grid without what a run cannot use: the batch sizes past the first that holds `max_batch`
-        sequences, the token counts past the first that holds `max_tokens` (None: no limit). A closed loop of 4
-        never steps more than 4 sequences, a space of lookaheads up to 4 never carries more than 5 tokens a
-        sequence; the predictor interpolates between what is left."""
+        sequences, the token counts past the first that holds `max_tokens`, the prefill lengths past the first
+        that holds `max_prefill` prompt tokens in one step (None: no limit). A closed loop of 4 never steps more
+        than 4 sequences, a space of lookaheads up to 4 never carries more than 5 tokens a sequence, a workload of
+        short prompts never prefills 1,024 tokens in a step; the predictor interpolates between what is left."""
 
         def upto(values: tuple[int, ...], limit: int | None) -> tuple[int, ...]:
             if limit is None:
@@ -106,7 +109,10 @@ class StepCostGrid:
             return tuple(v for v in values if v < limit) + tuple(v for v in values if v >= limit)[:1]
 
         return dataclasses.replace(
-            self, batch_sizes=upto(self.batch_sizes, max_batch), tokens=upto(self.tokens, max_tokens)
+            self,
+            batch_sizes=upto(self.batch_sizes, max_batch),
+            tokens=upto(self.tokens, max_tokens),
+            prefill_lengths=upto(tuple(sorted(self.prefill_lengths)), max_prefill),
         )
 
 
