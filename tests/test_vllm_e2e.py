@@ -109,7 +109,6 @@ def _serve(python: str, model: str, prompts: list[list[int]], log_dir: Path) -> 
     with VllmServer(python, config, log_dir, name="baseline") as server:
         assert server.process is not None
         run["pgid"] = server.process.pid
-        run["server"] = server
         warm = CompletionRequest("warm-up", 4, prompt=prompts[0])
         assert replay(server.base_url, server.api_key, server.model_name, [warm])[0][0].success
         for index, prompt in enumerate(prompts):

@@ -106,13 +106,14 @@ class StepCostGrid:
         def upto(values: tuple[int, ...], limit: int | None) -> tuple[int, ...]:
             if limit is None:
                 return values
-            return tuple(v for v in values if v < limit) + tuple(v for v in values if v >= limit)[:1]
+            ordered = sorted(values)
+            return tuple(v for v in ordered if v < limit) + tuple(v for v in ordered if v >= limit)[:1]
 
         return dataclasses.replace(
             self,
             batch_sizes=upto(self.batch_sizes, max_batch),
             tokens=upto(self.tokens, max_tokens),
-            prefill_lengths=upto(tuple(sorted(self.prefill_lengths)), max_prefill),
+            prefill_lengths=upto(self.prefill_lengths, max_prefill),
         )
 
 
