@@ -64,11 +64,15 @@ from runinfra_opt.errors import EngineError
 from runinfra_opt.load.stepcost import StepCostTable
 
 WARMUP_TRIALS = 2
-BLOCKER_TOKENS = 64
+BLOCKER_TOKENS = 16
 """The blocker's first length; doubled (up to `MAX_BLOCKER_TOKENS`) when probes miss their step. Its prefill is
-most of a trial's time: on the CPU server here 64 tokens take 95 ms and 256 take 350 ms, and a grid of 57 trials
-took 20-22 s instead of 34-42 s, with no probe missing its step and the same table within the machine's noise
-(per-cell ratio 64/256 between 0.87 and 1.16 over 7 adjacent pairs, geometric mean 1.02)."""
+most of a step trial's time, and it only has to outlast the probes' sending. On the float32 CPU server here
+(2026-12-04, 2 cores, one server, the grid of a json run at concurrency 4: 57 trials, batch sizes 1, 2, 4,
+prefills to 1,024) the whole measurement took 44.2 s with 64 tokens and 35.6-37.0 s with 16 (two alternating
+runs each), with no try redone and the same table within the machine's noise (each cell's mean over the two
+runs at 16 over that at 64: steps 0.95-1.03, mean 1.00; prefills 0.99-1.02; two runs at 64 differed by up to 9% in
+a cell); 8 tokens saved no more (35.6 s). Before 2026-12-03 it was 256 tokens (34-42 s a grid of then 20
+cells against 20-22 s with 64)."""
 MAX_BLOCKER_TOKENS = 2048
 """vLLM's CPU default `max_num_batched_tokens` for the API server: a longer blocker would take two steps."""
 LEAD_S = 0.01
