@@ -504,8 +504,11 @@ def _main_vllm(args: argparse.Namespace, report: dict[str, Any], root: Path) -> 
         entry["requests"] = predictive.workload.used_requests if predictive.workload else None
         if args.exhaustive_of is not None:
             entry["exhaustive_of"] = str(args.exhaustive_of)
-            entry["predictive"]["baseline_tokens_per_s"] = _tokens_per_s(predictive, "baseline", "measured")
-            entry["exhaustive"]["baseline_tokens_per_s"] = _tokens_per_s(exhaustive, "baseline", "measured")
+        # The machine's speed in each run (its drift between them moves the wall-time ratio: json 2026-12-04b, the
+        # baseline at 16.4 tokens/s in the predictive run and 14.9 in the exhaustive one an hour later).
+        base_p = entry["predictive"]["baseline_tokens_per_s"] = _tokens_per_s(predictive, "baseline", "measured")
+        base_e = entry["exhaustive"]["baseline_tokens_per_s"] = _tokens_per_s(exhaustive, "baseline", "measured")
+        entry["baseline_speed_ratio"] = round(base_e / base_p, 3) if base_p and base_e else None
         _save(report, args, workload, entry)
         if args.h2h_repeats > 0:
             log_dir = root / f"{Path(workload).stem}-head-to-head"
@@ -527,7 +530,8 @@ def _main_vllm(args: argparse.Namespace, report: dict[str, Any], root: Path) -> 
             f"{p['max_highest_level_error']}; exhaustive batch 1 within 10% {e['batch1_within_10pct']}, "
             f"{entry['highest_level']} within 15% {e['highest_level_within_15pct']}; predictive winner inside the "
             f"exhaustive run: {inside['batch1']['ratio']} (batch 1), {inside['highest_level']['ratio']} "
-            f"({entry['highest_level']})"
+            f"({entry['highest_level']}); the baseline's batch-1 speed, exhaustive over predictive run: "
+            f"{entry.get('baseline_speed_ratio')}"
         )
     print(f"report: {args.out}; run directories: {root}")
     return 0
