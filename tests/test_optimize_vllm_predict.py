@@ -23,8 +23,8 @@ COST: dict[str, Any] = {
 """Steps of 20 ms + 4 ms a sequence + 3 ms a token: a verification of k drafts costs 3k ms more than a decoding
 step, so a long lookahead pays only where the drafts are accepted. A speculating server's steps cost 6 ms more,
 and 2 ms more per drafted token, which the baseline's step-cost table cannot see (as on a real server). A prompt's
-tokens past its 16th cost 1 ms each (the step-cost measurement's blockers and prefills stay shortish: 0.3 s for
-the first blocker, which must outlast 8 probes' admission on a loaded machine)."""
+tokens past its 16th cost 1 ms each (the step-cost measurement's blockers and prefills stay shortish: 72 ms for
+the first, 16-token blocker, which doubles when 8 probes' admission outlasts it on a loaded machine)."""
 
 PROMPTS = [
     "alpha beta gamma delta alpha beta gamma delta alpha beta",  # the stand-in's output cycles its prompt
