@@ -531,7 +531,7 @@ def _main_vllm(args: argparse.Namespace, report: dict[str, Any], root: Path) -> 
             f"{entry['highest_level']} within 15% {e['highest_level_within_15pct']}; predictive winner inside the "
             f"exhaustive run: {inside['batch1']['ratio']} (batch 1), {inside['highest_level']['ratio']} "
             f"({entry['highest_level']}); the baseline's batch-1 speed, exhaustive over predictive run: "
-            f"{entry.get('baseline_speed_ratio')}"
+            f"{entry['baseline_speed_ratio']}"
         )
     print(f"report: {args.out}; run directories: {root}")
     return 0
