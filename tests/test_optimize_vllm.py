@@ -253,6 +253,7 @@ def test_bad_combinations_are_one_line_errors(
     assert "the vllm engine cannot run it (vLLM has no early-exit" in notes
     # one launch per variant: the note says an interval does not cover the spread between launches
     assert "not the spread between launches of one server" in notes
+    assert "nor a change of the machine's speed between variants timed minutes apart" in notes
     # transformers' prompt lookup is not what vLLM runs (its own rule is vllm_ngram): left out too
     assert "ngram-n3-k4: the vllm engine cannot run it (method ngram is measured on transformers only" in notes
 

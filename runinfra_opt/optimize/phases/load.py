@@ -94,8 +94,9 @@ def run(state: RunState) -> None:
             results.add_note(
                 f"the {engine.name} engine starts one server per variant it times, each timed apart (start-up is not "
                 "counted in any figure); variants are timed one after another, each on one launch: an interval covers "
-                "the repeats on that launch, not the spread between launches of one server, which can be larger "
-                "(docs/how-it-works.md, section 9)"
+                "the repeats on that launch, not the spread between launches of one server, which can be larger, nor "
+                "a change of the machine's speed between variants timed minutes apart, which favours those timed "
+                "while it ran fast (docs/how-it-works.md, section 9)"
             )
     if not state.resumed and not predictive_capable(engine) and config.strategy == "predictive":
         results.add_note(
