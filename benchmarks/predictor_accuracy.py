@@ -27,10 +27,11 @@ space VLLM_SPACE (one server per timed variant), every variant also served under
 `concurrency:4`). Reported per workload: |predicted/measured - 1| of every confirmed variant at batch 1 (target
 <= 10%) and at the highest load level (<= 15%), the same over every variant of the exhaustive run, Kendall's tau,
 the servers each run launched, whether predictive picked the exhaustive winner or one within 3% of its measured
-tokens/s *inside the exhaustive run* (both measured there, minutes apart at most), and the wall-time ratio (target
-<= 0.25). The head-to-head (`--h2h-repeats` launches of each winner, alternating; 0: none): the two winners
-cannot share a server, so each is served on fresh launches, A B then B A, one batch-1 pass over the same requests
-each; their ratio with a 95% interval paired by request and launch carries each launch's own speed, as a
+tokens/s *inside the exhaustive run* (both measured there, up to an hour apart: the exhaustive entry's `drift`
+gives measured over predicted along its launches, where the machine's speed changing shows), and the wall-time
+ratio (target <= 0.25). The head-to-head (`--h2h-repeats` launches of each winner, alternating; 0: none): the
+two winners cannot share a server, so each is served on fresh launches, A B then B A, one batch-1 pass over the
+same requests each; their ratio with a 95% interval paired by request and launch carries each launch's own speed, as a
 decision between two servers does. `benchmarks/repredict.py` re-predicts the recorded runs with a later predictor.
 `--exhaustive-of RAW_DIR` runs the predictive strategy only, against the exhaustive runs recorded there (an hour
 per workload saved; the report names them and both runs' baseline speeds, to show whether the machine compares).
@@ -51,7 +52,7 @@ from typing import Any
 
 from runinfra_opt.optimize.config import OptimizeConfig, parse_repeats
 from runinfra_opt.optimize.pipeline import run_optimize
-from runinfra_opt.report.accuracy import family_rankings, level_prediction_errors, prediction_errors
+from runinfra_opt.report.accuracy import family_rankings, kendall_tau, level_prediction_errors, prediction_errors
 from runinfra_opt.results import Interval, RunResults, load_results
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
@@ -261,6 +262,35 @@ def _highest_level(results: RunResults) -> str | None:
     return max(concurrency, key=lambda n: int(n.split(":")[1])) if concurrency else results.load.levels[-1]
 
 
+def launch_order_drift(results: RunResults) -> dict[str, Any] | None:
+    """Each launched variant's measured over predicted batch-1 throughput, in the order the servers were launched.
+    The predictions come from the baseline timed at the run's start, so a trend along the launches is the machine's
+    speed changing during the run (or a predictor bias that follows the grid's order: n, then k, rises along it).
+    Kendall's tau against the launch index and the medians of the two halves: 2026-12-04f's exhaustive run (the
+    host sped up 25%) gives 0.45 and 0.948 / 1.075, 2026-12-04e's (steady) 0.18 and 0.985 / 0.986."""
+    import statistics
+
+    order, ratios = [], []
+    for launch in results.launches:
+        vr = results.variant(str(launch.get("variant")))
+        if vr is None or vr.name == "baseline" or vr.measured is None or vr.predicted is None:
+            continue
+        if vr.measured.tokens_per_s and vr.predicted.tokens_per_s:
+            order.append(vr.name)
+            ratios.append(vr.measured.tokens_per_s / vr.predicted.tokens_per_s)
+    if len(ratios) < 4:
+        return None
+    half = len(ratios) // 2
+    tau = kendall_tau(list(range(len(ratios))), ratios)
+    return {
+        "launch_order": order,
+        "measured_over_predicted": [round(r, 3) for r in ratios],
+        "kendall_tau": None if tau is None else round(tau, 3),
+        "first_half_median": round(statistics.median(ratios[:half]), 3),
+        "second_half_median": round(statistics.median(ratios[half:]), 3),
+    }
+
+
 def serving_entry(
     predictive: RunResults, exhaustive: RunResults, predictive_s: float, exhaustive_s: float
 ) -> dict[str, Any]:
@@ -314,6 +344,7 @@ def serving_entry(
             "highest_level_within_15pct": f"{sum(e <= 0.15 for e in e_high)}/{len(e_high)}",
             "family_rankings": [f.to_dict() for f in family_rankings(exhaustive)],
             "spec_overhead": exhaustive.cost_model.get("spec_overhead"),
+            "drift": launch_order_drift(exhaustive),
         },
         "same_winner": p_winner == e_winner,
         "predictive_winner_inside_exhaustive": inside,
@@ -533,6 +564,12 @@ def _main_vllm(args: argparse.Namespace, report: dict[str, Any], root: Path) -> 
             f"({entry['highest_level']}); the baseline's batch-1 speed, exhaustive over predictive run: "
             f"{entry['baseline_speed_ratio']}"
         )
+        if (drift := e.get("drift")) is not None:
+            print(
+                f"  {workload}: exhaustive run, measured over predicted along its launches: Kendall's tau "
+                f"{drift['kendall_tau']}, medians {drift['first_half_median']} (first half) and "
+                f"{drift['second_half_median']} (second half)"
+            )
     print(f"report: {args.out}; run directories: {root}")
     return 0
 

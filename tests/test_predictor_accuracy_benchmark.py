@@ -139,3 +139,39 @@ def test_serving_head_to_head_alternates_fresh_launches(
     entry = json.loads(out.read_text())["workloads"][str(workload)]
     assert entry["of"] == str(recorded)
     assert entry["head_to_head"]["note"] == "same winner: nothing to measure"
+
+
+def test_launch_order_drift_reads_the_recorded_runs() -> None:
+    """The drift figure on two recorded exhaustive vLLM runs: 2026-12-04f, on a host that sped up 25% during the
+    pair (the late variants measured 1.21-1.24 of their prediction), and 2026-12-04e, on a steady one."""
+    results = Path(__file__).resolve().parent.parent / "benchmarks" / "results"
+    fast = predictor_accuracy.launch_order_drift(
+        load_results(results / "predictor_accuracy-vllm-2026-12-04f" / "summarize-exhaustive" / "results.json")
+    )
+    steady = predictor_accuracy.launch_order_drift(
+        load_results(results / "predictor_accuracy-vllm-2026-12-04e" / "summarize-exhaustive" / "results.json")
+    )
+    assert fast is not None
+    assert steady is not None
+    assert len(fast["launch_order"]) == len(fast["measured_over_predicted"]) == 16  # every variant, no baseline
+    assert fast["launch_order"][0] == "vllm_ngram-m1-n1-k1"
+    assert fast["kendall_tau"] > 0.4
+    assert fast["second_half_median"] - fast["first_half_median"] > 0.1
+    assert steady["kendall_tau"] < 0.25
+    assert abs(steady["second_half_median"] - steady["first_half_median"]) < 0.02
+
+    # The entry the benchmark wrote for 2026-12-04f comes back from the raw run directories it kept, drift included.
+    recorded = json.loads((results / "predictor_accuracy-vllm-2026-12-04f.json").read_text())["workloads"]["summarize"]
+    raw = results / "predictor_accuracy-vllm-2026-12-04f"
+    entry = predictor_accuracy.serving_entry(
+        load_results(raw / "summarize-predictive" / "results.json"),
+        load_results(raw / "summarize-exhaustive" / "results.json"),
+        recorded["predictive"]["wall_s"],
+        recorded["exhaustive"]["wall_s"],
+    )
+    assert entry["exhaustive"]["drift"] == fast
+    for key in ("confirmed_batch1_errors", "confirmed_highest_level_errors", "max_batch1_error", "servers"):
+        assert entry["predictive"][key] == recorded["predictive"][key], key
+    assert entry["exhaustive"]["batch1_within_10pct"] == recorded["exhaustive"]["batch1_within_10pct"] == "13/16"
+    assert entry["wall_time_ratio"] == recorded["wall_time_ratio"] == 0.29
+    assert entry["predictive_winner_inside_exhaustive"] == recorded["predictive_winner_inside_exhaustive"]
