@@ -264,7 +264,8 @@ def _highest_level(results: RunResults) -> str | None:
 
 def launch_order_drift(results: RunResults) -> dict[str, Any] | None:
     """Each launched variant's measured over predicted batch-1 throughput, in the order the servers were launched.
-    The predictions come from the baseline timed at the run's start, so a trend along the launches is the machine's
+    The predictions rest on the step costs and calibration of the baseline timed at the run's start (each variant's
+    speculative terms are fitted on the others, all times mixed), so a trend along the launches is the machine's
     speed changing during the run (or a predictor bias that follows the grid's order: n, then k, rises along it).
     Kendall's tau against the launch index and the medians of the two halves: 2026-12-04f's exhaustive run (the
     host sped up 25%) gives 0.45 and 0.948 / 1.075, 2026-12-04e's (steady) 0.18 and 0.985 / 0.986."""
