@@ -292,6 +292,21 @@ def launch_order_drift(results: RunResults) -> dict[str, Any] | None:
     }
 
 
+def _paired_tps(results: RunResults, name: str) -> float | None:
+    """`name`'s batch-1 tokens/s as the decision ranks it: for a variant timed beside the baseline, its paired
+    ratio times the baseline's own tokens/s (`stats.comparable_tokens_per_s`); None when it was not paired."""
+    from runinfra_opt import stats
+
+    vr, base = results.variant(name), results.variant("baseline")
+    if vr is None or base is None or not vr.measured_requests:
+        return None
+    if name == "baseline":
+        return stats.tokens_per_s(stats.own_repeats(base.measured_requests))
+    if all(r.trial is None for r in vr.measured_requests):
+        return None
+    return stats.comparable_tokens_per_s(vr.measured_requests, base.measured_requests)
+
+
 def serving_entry(
     predictive: RunResults, exhaustive: RunResults, predictive_s: float, exhaustive_s: float
 ) -> dict[str, Any]:
@@ -322,6 +337,10 @@ def serving_entry(
             "exhaustive_winner_tokens_per_s": best,
             "ratio": round(mine / best, 4) if mine and best else None,
         }
+        if level is None:  # timed beside the baseline: the two picks' paired figures at the baseline's speed
+            paired = _paired_tps(exhaustive, p_winner), _paired_tps(exhaustive, e_winner)
+            if paired[0] and paired[1]:
+                inside[kind]["paired_ratio"] = round(paired[0] / paired[1], 4)
     e_all = [r["abs_error"] for r in prediction_errors(exhaustive) if r["variant"] != "baseline"]
     e_high = [r["abs_error"] for r in e_levels if r["level"] == highest and r["variant"] != "baseline"]
     return {
@@ -333,6 +352,9 @@ def serving_entry(
             "confirmed_highest_level_errors": at_highest,
             "confirmed_level_errors": [r for r in p_levels if r["variant"] in confirmed],
             "max_batch1_error": max((r["abs_error"] for r in batch1), default=None),
+            "max_batch1_paired_error": max(
+                (r["paired_abs_error"] for r in batch1 if r.get("paired_abs_error") is not None), default=None
+            ),
             "max_highest_level_error": max((r["abs_error"] for r in at_highest), default=None),
             "spec_overhead": predictive.cost_model.get("spec_overhead"),
         },
@@ -565,6 +587,12 @@ def _main_vllm(args: argparse.Namespace, report: dict[str, Any], root: Path) -> 
             f"({entry['highest_level']}); the baseline's batch-1 speed, exhaustive over predictive run: "
             f"{entry['baseline_speed_ratio']}"
         )
+        if "paired_ratio" in inside["batch1"]:
+            print(
+                f"  {workload}: timed beside the baseline: confirmed max |pred/paired-1| batch 1 "
+                f"{p['max_batch1_paired_error']}; predictive winner inside the exhaustive run, paired figures: "
+                f"{inside['batch1']['paired_ratio']} (batch 1)"
+            )
         if (drift := e.get("drift")) is not None:
             print(
                 f"  {workload}: exhaustive run, measured over predicted along its launches: Kendall's tau "

@@ -42,6 +42,25 @@ def tokens_per_s(records: Sequence[RequestRecord]) -> float:
     return sum(r.output_tokens for r in records) / seconds if seconds > 0 else 0.0
 
 
+def own_repeats(baseline: Sequence[RequestRecord]) -> list[RequestRecord]:
+    """The baseline's own repeats: its records not timed in a candidate's trial (all of them when every one
+    was, as on the Ray executor)."""
+    return [b for b in baseline if b.trial is None] or list(baseline)
+
+
+def comparable_tokens_per_s(
+    records: Sequence[RequestRecord], baseline: Sequence[RequestRecord], *, seed: int = 0
+) -> float:
+    """What a variant's throughput is ranked by: its tokens/s; for records timed in a trial beside the baseline
+    (`RequestRecord.trial`), its paired ratio to the baseline's requests of that trial times the baseline's own
+    tokens/s (`own_repeats`), so that variants timed minutes apart on a machine whose speed moves compare at one
+    speed, the baseline's."""
+    if not any(r.trial is not None for r in records):
+        return tokens_per_s(records)
+    ratio = throughput_ratio(records, baseline, seed=seed)
+    return ratio.value * tokens_per_s(own_repeats(baseline)) if ratio else tokens_per_s(records)
+
+
 def ttft_at(records: Sequence[RequestRecord], which: str) -> float:
     return percentile([r.ttft_s for r in records], which)
 

@@ -72,7 +72,8 @@ def test_optimize_times_each_variant_on_its_own_server(
     assert {"cost", "profile", "predict"} <= set(results.phases_skipped)
     names = [v.name for v in results.variants]
     assert names == ["baseline", "vllm_ngram-m1-n3-k2", "vllm_ngram-m1-n3-k4"]
-    # one launch per variant, in order, baseline first (its server serves the baseline pass and its repeats)
+    # one launch per variant, in order, baseline first (its server serves the baseline pass and its repeats, then
+    # stays up beside each candidate's: no second launch of it)
     assert [launch["variant"] for launch in results.launches] == names
     for launch in results.launches:
         assert launch["error"] is None
@@ -81,9 +82,20 @@ def test_optimize_times_each_variant_on_its_own_server(
         assert log.is_file()
         assert log.parent == run_dir / "servers"
         assert "VLLM_API_KEY=<redacted>" in log.read_text()
+    every = {(f"r{i}", repeat) for i in range(len(PROMPTS)) for repeat in range(2)}
     for vr in results.variants:
         assert vr.confirmed
-        assert len(vr.measured_requests) == len(PROMPTS) * 2
+        own = [r for r in vr.measured_requests if r.trial is None]
+        if vr.name == "baseline":  # its own two repeats, then two beside each candidate (tagged with its name)
+            assert len(own) == len(PROMPTS) * 2
+            for name in names[1:]:
+                assert {(r.request_id, r.repeat) for r in vr.measured_requests if r.trial == name} == every
+            assert len(vr.measured_requests) == len(PROMPTS) * 2 * len(names)
+        else:  # every record timed beside the baseline, so its ratio pairs with those of its trial only
+            assert not own
+            assert {(r.request_id, r.repeat) for r in vr.measured_requests} == every
+            assert {r.trial for r in vr.measured_requests} == {vr.name}
+            assert len(vr.measured_requests) == len(PROMPTS) * 2
         for r in vr.measured_requests:
             assert r.output_tokens == 12
             assert r.top_margins is not None
@@ -96,13 +108,14 @@ def test_optimize_times_each_variant_on_its_own_server(
     passed = {r["request_id"]: r for r in results.profile["baseline"]}
     base = results.variant("baseline")
     assert base is not None
-    first = [r for r in base.measured_requests if r.repeat == 0]
+    first = [r for r in base.measured_requests if r.repeat == 0 and r.trial is None]
     assert sorted((r.request_id, r.e2e_s, r.ttft_s) for r in first) == sorted(
         (r["request_id"], r["e2e_s"], r["ttft_s"]) for r in passed.values()
     )
-    second = [r for r in base.measured_requests if r.repeat == 1]
+    second = [r for r in base.measured_requests if r.repeat == 1 and r.trial is None]
     assert len(second) == len(PROMPTS)
     assert all(r.e2e_s != passed[r.request_id]["e2e_s"] for r in second)  # timed again
+    assert any("timed beside the baseline" in n.text for n in results.notes)
     # the stand-in streams speculative steps faster: speculation wins, and the manifest carries exactly the
     # arguments its server was launched with
     assert results.decision is not None
@@ -123,6 +136,28 @@ def test_optimize_times_each_variant_on_its_own_server(
     # no key anywhere in what the run wrote, nothing left running
     for path in [run_dir / "results.json", tmp_path / "m.yaml", tmp_path / "m.vllm.yaml"]:
         assert "Bearer" not in path.read_text()
+    assert _no_server_left(str(tiny_models[0]))
+
+
+def test_without_pairing_one_server_runs_at_a_time(
+    runner: CliRunner, fake_vllm: str, tiny_models: tuple[Path, Path], workload: Path, tmp_path: Path
+) -> None:
+    result, run_dir = _optimize(
+        runner, fake_vllm, tiny_models[0], workload, tmp_path, "--no-pair-baseline", "--strategy", "exhaustive"
+    )
+    assert result.exit_code == 0, result.output
+    results = load_results(run_dir / "results.json")
+    assert results.config["pair_baseline"] is False
+    names = [v.name for v in results.variants]
+    assert [launch["variant"] for launch in results.launches] == names
+    for vr in results.variants:  # every variant against the baseline's own repeats, nothing timed beside it
+        assert len(vr.measured_requests) == len(PROMPTS) * 2
+        assert all(r.trial is None for r in vr.measured_requests)
+    assert not any("timed beside the baseline" in n.text for n in results.notes)
+    notes = " ".join(n.text for n in results.notes)
+    assert "nor a change of the machine's speed between variants timed minutes apart" in notes
+    assert results.decision is not None
+    assert results.decision.winner.startswith("vllm_ngram")
     assert _no_server_left(str(tiny_models[0]))
 
 
@@ -168,6 +203,37 @@ def test_a_server_that_dies_mid_run_fails_its_variant_only(
     assert "died" in dead.failed or "failed" in dead.failed
     assert results.decision is not None
     assert results.decision.winner == "baseline"
+    assert _no_server_left(str(tiny_models[0]))
+
+
+def test_the_baseline_dying_beside_a_candidate_ends_the_run_in_one_line(
+    runner: CliRunner,
+    fake_vllm: str,
+    tiny_models: tuple[Path, Path],
+    workload: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The baseline's server exits while a candidate is timed beside it: that is the baseline's failure, not the
+    candidate's (which would be marked failed and the run would go on to decide without it)."""
+    whole, whole_dir = _optimize(runner, fake_vllm, tiny_models[0], workload, tmp_path / "whole", lookahead="4")
+    assert whole.exit_code == 0, whole.output
+    served = (whole_dir / "servers" / "01-baseline.log").read_text().split("completions served: ")
+    total = int(served[-1].split()[0])  # what the baseline's server serves in a whole run
+    monkeypatch.setenv("FAKE_VLLM_BASE", f"die_after:{total - 2}")  # two requests before the end: beside it
+    result, run_dir = _optimize(runner, fake_vllm, tiny_models[0], workload, tmp_path, lookahead="4")
+    assert result.exit_code not in (0, 1), result.output
+    assert "Traceback" not in result.output
+    assert "01-baseline.log" in result.output  # the baseline's server died, and its log is named
+    results = load_results(run_dir / "results.json")
+    assert results.status != "complete"
+    beside = [r for r in results.variant("baseline").measured_requests if r.trial]  # type: ignore[union-attr]
+    assert beside  # it died while serving beside the candidate
+    candidate = results.variant("vllm_ngram-m1-n3-k4")
+    assert candidate is not None
+    assert candidate.measured_requests
+    assert candidate.failed is None
+    assert results.decision is None
     assert _no_server_left(str(tiny_models[0]))
 
 
@@ -253,7 +319,7 @@ def test_bad_combinations_are_one_line_errors(
     assert "the vllm engine cannot run it (vLLM has no early-exit" in notes
     # one launch per variant: the note says an interval does not cover the spread between launches
     assert "not the spread between launches of one server" in notes
-    assert "nor a change of the machine's speed between variants timed minutes apart" in notes
+    assert "each candidate is timed beside the baseline, so a change of the machine's speed between" in notes
     # transformers' prompt lookup is not what vLLM runs (its own rule is vllm_ngram): left out too
     assert "ngram-n3-k4: the vllm engine cannot run it (method ngram is measured on transformers only" in notes
 

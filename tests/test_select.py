@@ -285,3 +285,32 @@ def test_a_k_schedule_that_was_not_written_never_wins() -> None:
     assert measured.ruled_out == [f"k schedule {reason}"]
     results.load.schedule.written = True  # the same figures, written: it wins
     assert decide(results, priority="throughput").winner == schedule.name
+
+
+def _beside(records: list[RequestRecord], trial: str) -> list[RequestRecord]:
+    return [r.model_copy(update={"trial": trial}) for r in records]
+
+
+def test_candidates_timed_beside_the_baseline_rank_by_their_paired_ratio() -> None:
+    """The machine slows by a quarter between two candidates' trials: NGRAM2 is the faster (1.4x against 1.3x the
+    baseline timed beside each), but its raw tokens/s, taken in the slow stretch, is lower. Ranked by the paired
+    ratio at the baseline's own speed, it wins; the raw figures would have picked NGRAM4."""
+    fast, slow = 1.0, 0.75
+    n4 = _beside(_records(1.3 * fast, 100, noise=0, seed=2), NGRAM4.name)
+    n2 = _beside(_records(1.4 * slow, 100, noise=0, seed=3), NGRAM2.name)
+    assert stats.tokens_per_s(n4) > stats.tokens_per_s(n2)  # raw: NGRAM4 ahead
+    results = _results(_variant(NGRAM4, n4), _variant(NGRAM2, n2))
+    base = results.variant(BASELINE.name)
+    assert base is not None
+    own = list(base.measured_requests)
+    base.measured_requests += _beside(_records(fast, 100, noise=0, seed=4), NGRAM4.name)
+    base.measured_requests += _beside(_records(slow, 100, noise=0, seed=5), NGRAM2.name)
+    decision = decide(results)
+    assert decision.winner == NGRAM2.name
+    assert decision.gain is not None
+    assert decision.gain.value == pytest.approx(1.4, rel=1e-6)
+    # what it is ranked by: its ratio times the baseline's own repeats (the trial rows left out of that figure)
+    assert stats.comparable_tokens_per_s(n2, base.measured_requests) == pytest.approx(1.4 * stats.tokens_per_s(own))
+    assert stats.own_repeats(base.measured_requests) == own
+    # untagged records (variants interleaved in one process) are ranked by their own tokens/s, as before
+    assert stats.comparable_tokens_per_s(own, base.measured_requests) == stats.tokens_per_s(own)

@@ -118,6 +118,11 @@ def optimize(
         "predictive", "--strategy", help="predictive (profile, predict, confirm the best) or exhaustive (time all)."
     ),
     confirm: int = typer.Option(DEFAULT_CONFIRM, "--confirm", help="Predicted-best candidates to time end to end."),
+    pair_baseline: bool = typer.Option(
+        True,
+        "--pair-baseline/--no-pair-baseline",
+        help="vllm (CPU): time each candidate beside the baseline, requests alternating between the two servers.",
+    ),
     repeats: str = typer.Option(
         "auto",
         "--repeats",
@@ -216,6 +221,7 @@ def optimize(
         exit_layers=parse_int_list("--exit-layers", exit_layers),
         strategy=strategy,  # type: ignore[arg-type]  # validated by OptimizeConfig
         confirm=confirm,
+        pair_baseline=pair_baseline,
         repeats=parse_repeats(repeats),
         percentile=percentile,
         max_ttft_ms=max_ttft_ms,

@@ -146,6 +146,10 @@ class OptimizeConfig:
     exit_layers: tuple[int, ...] | None = None
     strategy: Strategy = "predictive"
     confirm: int = DEFAULT_CONFIRM
+    pair_baseline: bool = True
+    """`--pair-baseline`: on an engine that times a server per variant and can keep the baseline's up beside a
+    candidate's (vllm on CPU), time each candidate beside the baseline, requests alternating between the two;
+    `--no-pair-baseline`: one server at a time, each variant against the baseline's own repeats."""
     repeats: int | None = None
     """None (`--repeats auto`): 2 or 3 by budget, then more for the leading candidates until the decision is
     clear (`optimize.phases.extend`); an integer: exactly that many."""

@@ -48,6 +48,7 @@ class _Candidate:
     variant: Variant
     records: list[RequestRecord]
     tokens_per_s: float
+    """Ranked by: `stats.comparable_tokens_per_s` (the baseline: its own repeats' tokens/s)."""
     ttft_s: float
     gain: Interval | None
     """Throughput ratio to the baseline (None for the baseline itself)."""
@@ -171,7 +172,12 @@ def decide(
     base_records = baseline_result.measured_requests
     base_ttft = stats.ttft_at(base_records, percentile)
     base = _Candidate(
-        baseline_result, _variant_of(baseline_result), base_records, stats.tokens_per_s(base_records), base_ttft, None
+        baseline_result,
+        _variant_of(baseline_result),
+        base_records,
+        stats.tokens_per_s(stats.own_repeats(base_records)),
+        base_ttft,
+        None,
     )
 
     schedule = results.load.schedule if results.load else None
@@ -191,7 +197,7 @@ def decide(
                     result,
                     variant,
                     result.measured_requests,
-                    stats.tokens_per_s(result.measured_requests),
+                    stats.comparable_tokens_per_s(result.measured_requests, base_records, seed=seed),
                     stats.ttft_at(result.measured_requests, percentile),
                     stats.throughput_ratio(result.measured_requests, base_records, seed=seed),
                 )

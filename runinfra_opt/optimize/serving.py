@@ -150,7 +150,8 @@ def _batch1_calibration(
     from runinfra_opt.load import Concurrency
     from runinfra_opt.load.predict import calibrate
 
-    measured = state.variant_result(BASELINE).measured_requests if after_confirm else []
+    # the baseline's own repeats (those timed beside a candidate carry its trial, and repeat numbers of their own)
+    measured = [r for r in state.variant_result(BASELINE).measured_requests if r.trial is None] if after_confirm else []
     if not measured:
         measured = list(state.baseline_records().values())
     if not measured:

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from runinfra_opt import stats
 from runinfra_opt.methods import Variant
 from runinfra_opt.results import RunResults, VariantResult
 
@@ -27,21 +28,29 @@ def _measured_variants(results: RunResults) -> list[VariantResult]:
 
 
 def prediction_errors(results: RunResults) -> list[dict[str, Any]]:
-    """Every variant both predicted and measured: predicted and measured tokens/s and |predicted/measured - 1|."""
+    """Every variant both predicted and measured: predicted and measured tokens/s and |predicted/measured - 1|;
+    for a variant timed beside the baseline, also its paired figure (`paired_tokens_per_s`, `paired_abs_error`)."""
+    baseline = results.variant("baseline")
+    base_rows = baseline.measured_requests if baseline is not None else []
     rows = []
     for vr in _measured_variants(results):
         assert vr.predicted is not None
         assert vr.measured is not None
         ratio = vr.predicted.tokens_per_s / vr.measured.tokens_per_s
-        rows.append(
-            {
-                "variant": vr.name,
-                "method": Variant.from_dict(vr.variant).method,
-                "predicted_tokens_per_s": round(vr.predicted.tokens_per_s, 2),
-                "measured_tokens_per_s": round(vr.measured.tokens_per_s, 2),
-                "abs_error": round(abs(ratio - 1.0), 4),
-            }
-        )
+        row: dict[str, Any] = {
+            "variant": vr.name,
+            "method": Variant.from_dict(vr.variant).method,
+            "predicted_tokens_per_s": round(vr.predicted.tokens_per_s, 2),
+            "measured_tokens_per_s": round(vr.measured.tokens_per_s, 2),
+            "abs_error": round(abs(ratio - 1.0), 4),
+        }
+        if any(r.trial is not None for r in vr.measured_requests) and base_rows:
+            # timed beside the baseline: also against its paired ratio at the baseline's own speed, the speed the
+            # predictions are calibrated at (`stats.comparable_tokens_per_s`)
+            paired = stats.comparable_tokens_per_s(vr.measured_requests, base_rows)
+            row["paired_tokens_per_s"] = round(paired, 2)
+            row["paired_abs_error"] = round(abs(vr.predicted.tokens_per_s / paired - 1.0), 4) if paired > 0 else None
+        rows.append(row)
     return rows
 
 

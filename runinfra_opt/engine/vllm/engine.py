@@ -4,7 +4,9 @@ For each variant the engine starts one server (`VllmServer`) with exactly the se
 will carry for it (`server_config`: model, dtype, max model len, `--speculative-config`, seed), on loopback
 behind a per-run API key, and keeps it while requests of that variant come; a request for another variant
 stops it (SIGTERM, then SIGKILL) and starts the next. Launches dominate (~2 minutes each on 2 CPU cores), so
-the engine declares `interleaves = False` and callers time variant by variant. Every launch is recorded
+the engine declares `interleaves = False` and callers time variant by variant. With `keep_baseline` (a CPU build:
+`can_keep_baseline`) the baseline's server stays up beside the others, so that a caller can alternate requests
+between the baseline and one candidate (`optimize.byvariant`). Every launch is recorded
 (`launches`: start-up seconds, log file, outcome) and its log kept under `log_dir`.
 
 Requests are sent as the token ids the target sees (`PromptTokenizer`, the same ids as the in-process engine),
@@ -40,7 +42,7 @@ from runinfra_opt.engine.prompts import PromptTokenizer
 from runinfra_opt.engine.protocol import Capability, LoadMeasurement, cpu_model_name
 from runinfra_opt.engine.vllm import metrics
 from runinfra_opt.engine.vllm.client import CompletionRequest, OpenAIClient, RequestResult
-from runinfra_opt.engine.vllm.environment import VllmEnvironment, auto_dtype, resolve_environment
+from runinfra_opt.engine.vllm.environment import VllmEnvironment, auto_dtype, on_cpu, resolve_environment
 from runinfra_opt.engine.vllm.server import DEFAULT_STARTUP_TIMEOUT_S, ServerConfig, ServeSettings, VllmServer
 from runinfra_opt.engine.vllm.stepcost import StepCostGrid, StepCostMeasurement, measure_async
 from runinfra_opt.errors import EngineError, UserInputError
@@ -75,6 +77,14 @@ class Launch:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+@dataclass
+class _Live:
+    """A running server and the client that talks to it."""
+
+    server: VllmServer
+    client: OpenAIClient
 
 
 def top_margins(result: RequestResult) -> list[float | None]:
@@ -119,9 +129,14 @@ class VllmEngine:
         self.startup_timeout_s = startup_timeout_s
         self.extra_args = tuple(extra_args)
         self.launches: list[Launch] = []
-        self._server: VllmServer | None = None
+        self._live: _Live | None = None
+        """The server of the variant being timed (the baseline's too, unless `keep_baseline` holds it apart)."""
+        self._kept: _Live | None = None
+        """The baseline's server, held up beside the others while `keep_baseline` is set."""
+        self.keep_baseline = False
+        """Keep the baseline's server up while other variants' servers come and go, so that requests can
+        alternate between the baseline and a candidate (`pairs_baseline`); off: one server at a time."""
         self._loop = asyncio.new_event_loop()
-        self._client: OpenAIClient | None = None
         self._failed: dict[str, str] = {}
         self._salt_base = secrets.token_hex(4)
         self._levels = itertools.count()
@@ -167,16 +182,39 @@ class VllmEngine:
 
     # ---- servers ------------------------------------------------------------------------------------------
 
-    def _server_for(self, variant: Variant) -> VllmServer:
-        """The running server for `variant`: the current one when its arguments are the same, else a new one."""
+    @property
+    def can_keep_baseline(self) -> bool:
+        """Whether the baseline's server can stay up beside a candidate's (`keep_baseline`): on a CPU build (each
+        server holds its own weights and KV cache in host memory; an idle one drew nothing measurable from the
+        timed one here: `benchmarks/vllm_paired_baseline.py`). Not on a GPU, where each server claims its
+        `--gpu-memory-utilization` share of the device and two do not fit at the arguments the manifest carries."""
+        return on_cpu(self.vllm)
+
+    def _server_for(self, variant: Variant) -> _Live:
+        """The running server for `variant`: a live one with the same arguments, else a new one. A new one replaces
+        the current one, except the baseline's while `keep_baseline` holds it: it stays up beside the next."""
         config = self.server_config(variant)
         if variant.name in self._failed:
             raise EngineError(self._failed[variant.name])
-        current = self._server
-        if current is not None and current.config == config:
-            current.check_alive()
-            return current
-        self._stop_server()
+        for live in (self._live, self._kept):
+            if live is not None and live.server.config == config:
+                live.server.check_alive()
+                return live
+        baseline = self.server_config(BASELINE)
+        if self.keep_baseline and self._live is not None and self._live.server.config == baseline:
+            self._kept, self._live = self._live, None  # held beside the next server, not stopped
+        keep = self.keep_baseline and config == baseline
+        if not keep:
+            self._stop(self._live)
+            self._live = None
+        live = self._launch(variant, config)
+        if keep:
+            self._kept = live
+        else:
+            self._live = live
+        return live
+
+    def _launch(self, variant: Variant, config: ServerConfig) -> _Live:
         name = safe_name(variant.name)
         server = VllmServer(
             self.vllm.python,
@@ -194,24 +232,28 @@ class VllmEngine:
             self._failed[variant.name] = f"{variant.name}: {exc}"
             raise
         launch.startup_s = round(server.startup_s or 0.0, 1)
-        self._server = server
-        self._client = OpenAIClient(server.base_url, server.api_key, server.model_name)
-        self._loop.run_until_complete(self._client.__aenter__())
-        return server
+        client = OpenAIClient(server.base_url, server.api_key, server.model_name)
+        self._loop.run_until_complete(client.__aenter__())
+        return _Live(server, client)
+
+    def _stop(self, live: _Live | None) -> None:
+        if live is None:
+            return
+        try:
+            self._loop.run_until_complete(live.client.__aexit__(None, None, None))
+        finally:
+            live.server.__exit__(None, None, None)
 
     def _stop_server(self) -> None:
-        server, client = self._server, self._client
-        self._server, self._client = None, None
+        live, kept = self._live, self._kept
+        self._live, self._kept = None, None
         try:
-            if client is not None:
-                self._loop.run_until_complete(client.__aexit__(None, None, None))
+            self._stop(live)
         finally:
-            if server is not None:
-                server.__exit__(None, None, None)
+            self._stop(kept)
 
-    def _send(self, request: CompletionRequest) -> RequestResult:
-        assert self._client is not None
-        return self._loop.run_until_complete(self._client.complete(request))
+    def _send(self, live: _Live, request: CompletionRequest) -> RequestResult:
+        return self._loop.run_until_complete(live.client.complete(request))
 
     def _completion(
         self,
@@ -243,17 +285,18 @@ class VllmEngine:
     # ---- the engine contract -------------------------------------------------------------------------------
 
     def warmup(self, request: Request, variant: Variant, *, max_tokens: int = 8) -> None:
-        server = self._server_for(variant)
+        live = self._server_for(variant)
         for i in range(WARMUP_REQUESTS):
-            result = self._send(self._completion(request, max_tokens, f"warm-up-{i}"))
+            result = self._send(live, self._completion(request, max_tokens, f"warm-up-{i}"))
             if not result.success:
-                self._fail(server, variant, request, result)
+                self._fail(live.server, variant, request, result)
 
     def generate(self, request: Request, variant: Variant, *, max_tokens: int, repeat: int = 0) -> RequestRecord:
         problem = self.prompts.too_long(request, max_tokens)
         if problem is not None:
             raise UserInputError(f"line {request.line}: {problem}")
-        server = self._server_for(variant)
+        live = self._server_for(variant)
+        server = live.server
         key = (variant.name, repeat, request.id)
         nth, self._passes[key] = self._passes[key], self._passes[key] + 1
         # One salt per pass: a pass's requests share it (each request comes once a pass, so its count is the
@@ -261,7 +304,7 @@ class VllmEngine:
         salt = self._salt(f"{variant.name}-r{repeat}-p{nth}")
         completion = self._completion(request, max_tokens, cache_salt=salt)
         before = self._scrape(server, variant)
-        result = self._send(completion)
+        result = self._send(live, completion)
         if not result.success:
             self._fail(server, variant, request, result)
         counters = self._scrape(server, variant).minus(before)
@@ -301,7 +344,7 @@ class VllmEngine:
             problem = self.prompts.too_long(request, max_tokens)
             if problem is not None:
                 raise UserInputError(f"line {request.line}: {problem}")
-        server = self._server_for(variant)
+        server = self._server_for(variant).server
         if requests:
             self.warmup(requests[0], variant, max_tokens=8)
         salt = self._salt(f"{variant.name}-{level.name}-{len(self.launches)}-{next(self._levels)}")
@@ -343,11 +386,10 @@ class VllmEngine:
         manifest serves it (started if it is not the running one), nothing else sent to it meanwhile; the default
         grid (or `grid`) less the cells past `max_batch`, `max_tokens` and `max_prefill`
         (`StepCostGrid.covering`)."""
-        self._server_for(BASELINE)
-        assert self._client is not None
+        live = self._server_for(BASELINE)
         vocab, context = len(self.prompts.tokenizer), self.max_model_len
         grid = (grid or StepCostGrid()).covering(max_batch, max_tokens, max_prefill)
-        measure = measure_async(self._client, grid, vocab_size=vocab, max_model_len=context)
+        measure = measure_async(live.client, grid, vocab_size=vocab, max_model_len=context)
         return self._loop.run_until_complete(measure)
 
     def _scrape(self, server: VllmServer, variant: Variant) -> metrics.EngineCounters:
@@ -391,7 +433,8 @@ class VllmEngine:
         }
 
     def stop_server(self) -> None:
-        """Stop the running server, if any: the next request launches a fresh one, even for the same variant."""
+        """Stop the running servers, if any (a held baseline's too): the next request launches a fresh one, even
+        for the same variant."""
         self._stop_server()
 
     def close(self) -> None:

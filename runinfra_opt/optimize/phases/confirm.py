@@ -13,14 +13,14 @@ from __future__ import annotations
 from collections.abc import Collection, Sequence
 from typing import Any
 
-from runinfra_opt.errors import EngineError
+from runinfra_opt import stats
 from runinfra_opt.methods import BASELINE, Variant, get_method
-from runinfra_opt.optimize import underload
+from runinfra_opt.optimize.byvariant import pairs_baseline, tie_tolerance, time_by_variant
 from runinfra_opt.optimize.config import OptimizeConfig
 from runinfra_opt.optimize.plan import replan_confirmation
 from runinfra_opt.optimize.serving import STEP_COSTS_KEY
 from runinfra_opt.optimize.state import WARMUP_TOKENS, RunState
-from runinfra_opt.records import compare_to_baseline, default_tie_tolerance, disqualifying
+from runinfra_opt.records import compare_to_baseline, disqualifying
 from runinfra_opt.results import LevelMetrics, RunResults, VariantResult
 from runinfra_opt.stats import summarize_by_category, summarize_with_intervals
 
@@ -183,12 +183,19 @@ def _standing(state: RunState, variant: Variant, timed: list[Variant]) -> dict[s
     if vr.predicted is not None:
         mine["batch 1"] = score(vr.predicted.tokens_per_s, vr.predicted.ttft_s)
     best: dict[str, float] = {}
+    base_rows = state.variant_result(BASELINE).measured_requests
     for other in (state.variant_result(v) for v in timed):
         if other.disqualified or other.failed:
             continue
         scores = [(lr.level, at_level(lr.metrics)) for lr in other.load]
         if other.measured is not None:
-            scores.append(("batch 1", score(other.measured.tokens_per_s, other.measured.ttft_s)))
+            # at the baseline's speed, as the predictions are calibrated (a candidate timed beside the baseline:
+            # its paired ratio to it, `stats.comparable_tokens_per_s`)
+            if other.name == BASELINE.name:
+                tps = stats.tokens_per_s(stats.own_repeats(base_rows))
+            else:
+                tps = stats.comparable_tokens_per_s(other.measured_requests, base_rows)
+            scores.append(("batch 1", score(tps, other.measured.ttft_s)))
         for place, value in scores:
             if value is not None:
                 best[place] = max(best.get(place, value), value)
@@ -219,9 +226,10 @@ def _confirm_variants(state: RunState) -> list[Variant]:
         base = state.baseline_records()
         baseline_s = sum(base[r.id].e2e_s for r in state.requests if r.id in base)
         candidate_s = []
+        beside = baseline_s if pairs_baseline(state) else 0.0  # each candidate's pass comes with a baseline's
         for v in ranked:
             vr = state.variant_result(v)
-            candidate_s.append(sum(r.e2e_s for r in vr.predicted_requests))
+            candidate_s.append(sum(r.e2e_s for r in vr.predicted_requests) + beside)
         warm = baseline_s / max(len(state.requests), 1) * WARMUP_TOKENS / max(state.max_tokens, 1)
         planned_repeats = plan.repeats
         repeats, count = replan_confirmation(
@@ -335,85 +343,3 @@ def _time_locally(state: RunState, variants: list[Variant]) -> None:
             if changed:
                 state.save()  # after each request's batch of variants
     state.reporter.end_phase()
-
-
-def time_by_variant(state: RunState, variants: list[Variant]) -> None:
-    """Variant by variant (an engine with a server per variant: a launch per switch would dominate), baseline
-    first (its pass is its first repeat: `_adopt_baseline_pass`); within a variant, every request and repeat. A
-    variant whose server or a request fails is marked failed with the reason and the run goes on with the others;
-    the baseline failing ends the run."""
-    assert state.engine is not None
-    engine, results = state.engine, state.results
-    repeats = state.plan.repeats
-    reference = state.baseline_records()
-    levels = underload.levels_of(state)
-    total = len(variants) * (len(state.requests) * repeats + len(levels))
-    under = f", then {len(levels)} load level(s)" if levels else ""
-    state.reporter.phase(
-        "confirm", total, f"timing {len(variants) - 1} candidate(s) x {repeats} repeat(s){under}, one server each"
-    )
-    for variant in variants:
-        vr = state.variant_result(variant)
-        if variant.name == BASELINE.name and not vr.measured_requests and repeats > 0:
-            _adopt_baseline_pass(state, vr)
-        done = {(r.request_id, r.repeat) for r in vr.measured_requests}
-        todo = [(rep, req) for rep in range(repeats) for req in state.requests if (req.id, rep) not in done]
-        levels_done = {lr.level for lr in vr.load}
-        levels_todo = [level for level in levels if level.name not in levels_done]
-        for _ in range(len(state.requests) * repeats - len(todo) + len(levels) - len(levels_todo)):
-            state.reporter.advance()
-        if (not todo and not levels_todo) or vr.failed:
-            for _ in range(len(todo) + len(levels_todo)):
-                state.reporter.advance()
-            continue
-        try:
-            if todo:
-                engine.warmup(todo[0][1], variant, max_tokens=WARMUP_TOKENS)
-            for repeat, request in todo:
-                record = engine.generate(request, variant, max_tokens=state.max_tokens, repeat=repeat)
-                if request.id in reference:
-                    compare_to_baseline(record, reference[request.id], tie_tolerance=tie_tolerance(state))
-                vr.measured_requests.append(record)
-                state.save()
-                state.reporter.advance(f"{variant.name} {request.id}")
-            underload.measure(state, variant)  # on the same server, while it is up
-        except EngineError as exc:
-            if not variant.is_speculative:
-                raise
-            reason = str(exc).splitlines()[0]
-            vr.failed = f"failed on the {engine.name} engine: {reason}"
-            results.add_note(f"{variant.name} failed: {reason} (log: {_log_of(engine)})", kind="left_out")
-            state.save()
-    state.reporter.end_phase()
-    _record_launches(state)
-
-
-def _adopt_baseline_pass(state: RunState, vr: VariantResult) -> None:
-    """The baseline pass is the baseline's first timed repeat on an engine that times variant by variant: the same
-    server, requests and `generate` (a fresh prefix-cache salt, the server warm), and nothing is interleaved with
-    it there that a repeat would be. Saves one pass over the requests (23-31 s a run on the CPU vLLM server here)."""
-    reference = state.baseline_records()
-    if all(r.id in reference and reference[r.id].repeat == 0 for r in state.requests):
-        vr.measured_requests.extend(reference[r.id] for r in state.requests)
-        state.save()
-
-
-def _log_of(engine: Any) -> str:
-    launches = getattr(engine, "launches", None)
-    return launches[-1].log if launches else "none"
-
-
-def _record_launches(state: RunState) -> None:
-    """The engine's server launches (variant, start-up seconds, log, error) into the results."""
-    launches = getattr(state.engine, "launches", None)
-    if launches:
-        state.results.launches.extend(launch.to_dict() for launch in launches)
-        launches.clear()
-        state.save()
-
-
-def tie_tolerance(state: RunState) -> float:
-    """`--tie-tolerance`, else the default for the engine's dtype."""
-    if state.config.tie_tolerance is not None:
-        return state.config.tie_tolerance
-    return default_tie_tolerance(state.results.environment.get("dtype"))

@@ -91,12 +91,21 @@ def run(state: RunState) -> None:
             shown = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
             results.add_note(f"left out {shown}: the {engine.name} engine cannot run it ({reason})", kind="left_out")
         if not getattr(engine, "interleaves", True):
+            if config.pair_baseline and getattr(engine, "can_keep_baseline", False):
+                drift = (
+                    "; each candidate is timed beside the baseline, so a change of the machine's speed between "
+                    "variants timed minutes apart moves both sides of its ratio alike"
+                )
+            else:
+                drift = (
+                    ", nor a change of the machine's speed between variants timed minutes apart, which favours those "
+                    "timed while it ran fast"
+                )
             results.add_note(
                 f"the {engine.name} engine starts one server per variant it times, each timed apart (start-up is not "
                 "counted in any figure); variants are timed one after another, each on one launch: an interval covers "
-                "the repeats on that launch, not the spread between launches of one server, which can be larger, nor "
-                "a change of the machine's speed between variants timed minutes apart, which favours those timed "
-                "while it ran fast (docs/how-it-works.md, section 9)"
+                "the repeats on that launch, not the spread between launches of one server, which can be larger"
+                f"{drift} (docs/how-it-works.md, section 9)"
             )
     if not state.resumed and not predictive_capable(engine) and config.strategy == "predictive":
         results.add_note(

@@ -16,7 +16,8 @@ from __future__ import annotations
 
 from runinfra_opt.methods import BASELINE, Variant
 from runinfra_opt.optimize import kschedule, underload
-from runinfra_opt.optimize.phases.confirm import summarize_measured, time_by_variant
+from runinfra_opt.optimize.byvariant import time_by_variant
+from runinfra_opt.optimize.phases.confirm import summarize_measured
 from runinfra_opt.optimize.state import RunState
 
 

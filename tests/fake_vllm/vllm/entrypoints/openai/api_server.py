@@ -12,7 +12,8 @@ start, cycling (`max_tokens` tokens); the top-2 margin is 0.01 nats at output po
 elsewhere. Every chunk takes 10 ms (one decoding step). With `--speculative-config` it streams chunks of up
 to k + 1 tokens and counts drafts in /metrics as vLLM does. FAKE_VLLM_SPEC (servers with a speculative config
 only): `reject` (exits at start-up as vLLM does on a config it refuses); `diverge:N` (output token N
-differs); `die_after:N` (exits after N requests).
+differs); `die_after:N` (exits after N requests). FAKE_VLLM_BASE: the same modes for a server without one.
+Every completion served prints a line with their count to the log.
 
 FAKE_VLLM_STEP=batch makes a step cost grow with the batch, as verification does on a real server: with B
 requests in flight and k drafted tokens a step takes 10 ms x (1 + 0.05 x k^2 x (B - 1)), so a long lookahead
@@ -171,7 +172,7 @@ def main():
     args, _ = parser.parse_known_args()
     mode = os.environ.get("FAKE_VLLM_MODE", "ok")
     spec = json.loads(args.speculative_config) if args.speculative_config else None
-    spec_mode = os.environ.get("FAKE_VLLM_SPEC", "") if spec else ""
+    spec_mode = os.environ.get("FAKE_VLLM_SPEC", "") if spec else os.environ.get("FAKE_VLLM_BASE", "")
     if spec_mode == "reject":
         print("ValueError: speculative config rejected by the fake server", flush=True)
         sys.exit(1)
@@ -261,6 +262,7 @@ def main():
             self.wfile.flush()
             counters["generated"] += n
             counters["requests"] += 1
+            print(f"completions served: {counters['requests']}", flush=True)
             if spec_mode.startswith("die_after:") and counters["requests"] >= int(spec_mode.split(":")[1]):
                 child.kill()
                 os._exit(1)
