@@ -377,3 +377,37 @@ def test_dtype_auto_is_bfloat16_only_where_the_cpu_computes_it(
     data = json.loads(result.stdout)
     assert data["environment"]["dtype"] == expected
     assert data["environment"]["vllm_serve"]["dtype"] == expected
+
+
+def test_a_request_to_the_other_live_server_waits_for_the_last_one_to_settle(
+    fake_vllm: str, tiny_models: tuple[Path, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two servers up (the baseline held beside a candidate): a request that switches server waits
+    `SWITCH_SETTLE_S` (a vLLM worker polls for 1 s after its last step, on the core the other computes on); one
+    to the server just used does not."""
+    import time
+
+    from runinfra_opt.engine.vllm import engine as vllm_engine
+    from runinfra_opt.methods import BASELINE
+    from runinfra_opt.workload.model import Request
+
+    engine = vllm_engine.open_engine(str(tiny_models[0]), vllm_python=fake_vllm, log_dir=tmp_path)
+    engine.keep_baseline = True
+    candidate = parse_variant_name("vllm_ngram-m1-n3-k2")
+    request = Request(id="r0", line=1, prompt="one two three four", max_tokens=4)
+    try:
+        engine.generate(request, BASELINE, max_tokens=4)
+        engine.generate(request, candidate, max_tokens=4)  # launched beside the baseline's
+        monkeypatch.setattr(vllm_engine, "SWITCH_SETTLE_S", 0.5)
+        timings = []
+        for variant in (candidate, BASELINE, BASELINE, candidate):
+            started = time.perf_counter()
+            engine.generate(request, variant, max_tokens=4)
+            timings.append(time.perf_counter() - started)
+        assert [launch.variant for launch in engine.launches] == ["baseline", candidate.name]  # both kept up
+    finally:
+        engine.close()
+    same, switched = [timings[0], timings[2]], [timings[1], timings[3]]
+    assert min(switched) >= 0.5
+    assert max(same) < 0.5
+    assert _no_server_left(str(tiny_models[0]))

@@ -134,8 +134,9 @@ def _time_paired(
     beside: set[tuple[str, int]],
 ) -> None:
     """`variant` timed beside the baseline: both servers up, per request and repeat the baseline and the
-    candidate, in turn A B, B A, ... (a server just used may run a little warmer or colder: the order alternates
-    so that neither always goes first). Every record carries the candidate's name as its trial, so its ratio to
+    candidate, in turn A B, B A, ..., each request in both orders over two repeats (a request that follows the
+    other server's may run slower, even after the engine's settling wait: the order alternates so that neither
+    side always goes second). Every record carries the candidate's name as its trial, so its ratio to
     the baseline pairs only with the baseline's requests timed in the same minutes (`stats.paired`), as the Ray
     executor's trials pair on a node: a machine that changes speed between candidates timed minutes apart (25%
     within a run here) moves both sides of each pair alike."""
@@ -147,8 +148,10 @@ def _time_paired(
         engine.warmup(todo[0][1], BASELINE, max_tokens=WARMUP_TOKENS)  # idle while the candidate's server started
     except EngineError as exc:
         raise _BaselineFailed(exc) from None
-    for i, (repeat, request) in enumerate(todo):
-        order = (BASELINE, variant) if i % 2 == 0 else (variant, BASELINE)
+    position = {r.id: j for j, r in enumerate(state.requests)}
+    for repeat, request in todo:
+        first = (position[request.id] + repeat) % 2 == 0
+        order = (BASELINE, variant) if first else (variant, BASELINE)
         for which in order:
             if (request.id, repeat) in (beside if which is BASELINE else done):
                 continue

@@ -33,6 +33,7 @@ import asyncio
 import collections
 import itertools
 import secrets
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -58,6 +59,12 @@ DEFAULT_MAX_MODEL_LEN = 2048
 """`--max-model-len` of every server (and the context requests must fit): the bundled workloads fit, and the
 KV cache for it stays small on CPU."""
 DTYPES = ("bfloat16", "float16", "float32")
+SWITCH_SETTLE_S = 1.5
+"""Seconds to wait before a request goes to the other of two live servers (`keep_baseline`). After its last step
+a vLLM worker keeps polling its shared-memory queue for 1 s (`SpinCondition.busy_loop_s` in vLLM's
+`shm_broadcast.py`: `sched_yield` in a loop), on the core the other server's worker computes on: measured here
+without the wait, a baseline request sent right after a candidate's took 17-19% longer than one sent first, a
+candidate's after the baseline's 4-10% longer (summarize, 2026-12-04g)."""
 WARMUP_REQUESTS = 2
 """Untimed requests after each launch: the first after start-up compiles (seconds), the second settles."""
 
@@ -134,6 +141,8 @@ class VllmEngine:
         self._kept: _Live | None = None
         """The baseline's server, held up beside the others while `keep_baseline` is set."""
         self.keep_baseline = False
+        self._used: _Live | None = None
+        """The server the last request went to (`SWITCH_SETTLE_S`)."""
         """Keep the baseline's server up while other variants' servers come and go, so that requests can
         alternate between the baseline and a candidate (`pairs_baseline`); off: one server at a time."""
         self._loop = asyncio.new_event_loop()
@@ -199,6 +208,9 @@ class VllmEngine:
         for live in (self._live, self._kept):
             if live is not None and live.server.config == config:
                 live.server.check_alive()
+                if self._used is not None and self._used is not live:
+                    time.sleep(SWITCH_SETTLE_S)  # the other server's worker stops spinning first
+                self._used = live
                 return live
         baseline = self.server_config(BASELINE)
         if self.keep_baseline and self._live is not None and self._live.server.config == baseline:
@@ -208,6 +220,7 @@ class VllmEngine:
             self._stop(self._live)
             self._live = None
         live = self._launch(variant, config)
+        self._used = live
         if keep:
             self._kept = live
         else:
