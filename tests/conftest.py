@@ -155,7 +155,7 @@ def fake_vllm(monkeypatch: pytest.MonkeyPatch) -> str:
     monkeypatch.delenv("FAKE_VLLM_STEP", raising=False)
     monkeypatch.delenv("FAKE_VLLM_BASE", raising=False)
     # the stand-in's worker does not poll after its last step: no settling between two live servers
-    monkeypatch.setattr("runinfra_opt.engine.vllm.engine.SWITCH_SETTLE_S", 0.0)
+    monkeypatch.setattr("runinfra_opt.engine.vllm.pool.SWITCH_SETTLE_S", 0.0)
     return sys.executable
 
 

@@ -398,7 +398,7 @@ def test_a_request_to_the_other_live_server_waits_for_the_last_one_to_settle(
     try:
         engine.generate(request, BASELINE, max_tokens=4)
         engine.generate(request, candidate, max_tokens=4)  # launched beside the baseline's
-        monkeypatch.setattr(vllm_engine, "SWITCH_SETTLE_S", 0.5)
+        monkeypatch.setattr("runinfra_opt.engine.vllm.pool.SWITCH_SETTLE_S", 0.5)
         timings = []
         for variant in (candidate, BASELINE, BASELINE, candidate):
             started = time.perf_counter()

@@ -144,11 +144,11 @@ def test_a_later_pass_over_the_same_requests_finds_none_of_its_prompts_cached(
         for _ in range(2):
             for request in requests:
                 engine.generate(request, BASELINE, max_tokens=4, repeat=0)
-                assert engine._live is not None
-                cached.append(metrics.scrape(engine._live.server.base_url).prompt_tokens_cached)
+                assert engine._pool.live is not None
+                cached.append(metrics.scrape(engine._pool.live.server.base_url).prompt_tokens_cached)
         # the same request on its own again, with the same repeat, is a third pass: cold too
         engine.generate(requests[0], BASELINE, max_tokens=4, repeat=0)
-        cached.append(metrics.scrape(engine._live.server.base_url).prompt_tokens_cached)
+        cached.append(metrics.scrape(engine._pool.live.server.base_url).prompt_tokens_cached)
     finally:
         engine.close()
     assert cached == [0.0] * 5

@@ -7,7 +7,7 @@ stops it (SIGTERM, then SIGKILL) and starts the next. Launches dominate (~2 minu
 the engine declares `interleaves = False` and callers time variant by variant. With `keep_baseline` (a CPU build:
 `can_keep_baseline`) the baseline's server stays up beside the others, so that a caller can alternate requests
 between the baseline and one candidate (`optimize.byvariant`). Every launch is recorded
-(`launches`: start-up seconds, log file, outcome) and its log kept under `log_dir`.
+(`launches`: start-up seconds, log file, outcome; `pool.ServerPool`) and its log kept under `log_dir`.
 
 Requests are sent as the token ids the target sees (`PromptTokenizer`, the same ids as the in-process engine),
 to `/v1/completions`, streamed, with top-2 log-probabilities (exact output ids, and the margin between the
@@ -33,9 +33,7 @@ import asyncio
 import collections
 import itertools
 import secrets
-import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -44,10 +42,10 @@ from runinfra_opt.engine.protocol import Capability, LoadMeasurement, cpu_model_
 from runinfra_opt.engine.vllm import metrics
 from runinfra_opt.engine.vllm.client import CompletionRequest, OpenAIClient, RequestResult
 from runinfra_opt.engine.vllm.environment import VllmEnvironment, auto_dtype, on_cpu, resolve_environment
-from runinfra_opt.engine.vllm.server import DEFAULT_STARTUP_TIMEOUT_S, ServerConfig, ServeSettings, VllmServer
+from runinfra_opt.engine.vllm.pool import Launch, Live, ServerPool
+from runinfra_opt.engine.vllm.server import ServerConfig, ServeSettings, VllmServer
 from runinfra_opt.engine.vllm.stepcost import StepCostGrid, StepCostMeasurement, measure_async
 from runinfra_opt.errors import EngineError, UserInputError
-from runinfra_opt.fsutil import safe_name
 from runinfra_opt.load import LoadLevel, LoadRecord, plan, run_level
 from runinfra_opt.load.runner import RecordSink, StreamedResult
 from runinfra_opt.methods import BASELINE, Variant, get_method
@@ -59,40 +57,12 @@ DEFAULT_MAX_MODEL_LEN = 2048
 """`--max-model-len` of every server (and the context requests must fit): the bundled workloads fit, and the
 KV cache for it stays small on CPU."""
 DTYPES = ("bfloat16", "float16", "float32")
-SWITCH_SETTLE_S = 1.5
-"""Seconds to wait before a request goes to the other of two live servers (`keep_baseline`). After its last step
-a vLLM worker keeps polling its shared-memory queue for 1 s (`SpinCondition.busy_loop_s` in vLLM's
-`shm_broadcast.py`: `sched_yield` in a loop), on the core the other server's worker computes on: measured here
-without the wait, a baseline request sent right after a candidate's took 12-18% longer than one sent first, a
-candidate's after the baseline's 4-10% longer (summarize, 8 requests, the three candidates of a predictive run on
-2026-12-04 at 20:50; that run was stopped for this and its raw outputs not kept)."""
 WARMUP_REQUESTS = 2
 """Untimed requests after each launch: the first after start-up compiles (seconds), the second settles."""
 
 
 class RequestFailed(EngineError):
     """A request failed on a running server (an HTTP error, a broken stream, a dead server)."""
-
-
-@dataclass
-class Launch:
-    """One server start: for which variant, how long it took to become healthy, where its log is."""
-
-    variant: str
-    log: str
-    startup_s: float | None = None
-    error: str | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-
-@dataclass
-class _Live:
-    """A running server and the client that talks to it."""
-
-    server: VllmServer
-    client: OpenAIClient
 
 
 def top_margins(result: RequestResult) -> list[float | None]:
@@ -134,20 +104,9 @@ class VllmEngine:
         self.max_model_len = max_model_len
         self.log_dir = Path(log_dir)
         self.seed = seed
-        self.startup_timeout_s = startup_timeout_s
         self.extra_args = tuple(extra_args)
-        self.launches: list[Launch] = []
-        self._live: _Live | None = None
-        """The server of the variant being timed (the baseline's too, unless `keep_baseline` holds it apart)."""
-        self._kept: _Live | None = None
-        """The baseline's server, held up beside the others while `keep_baseline` is set."""
-        self.keep_baseline = False
-        self._used: _Live | None = None
-        """The server the last request went to (`SWITCH_SETTLE_S`)."""
-        """Keep the baseline's server up while other variants' servers come and go, so that requests can
-        alternate between the baseline and a candidate (`pairs_baseline`); off: one server at a time."""
         self._loop = asyncio.new_event_loop()
-        self._failed: dict[str, str] = {}
+        self._pool = ServerPool(environment.python, self.log_dir, self._loop, startup_timeout_s)
         self._salt_base = secrets.token_hex(4)
         self._levels = itertools.count()
         self._passes: collections.Counter[tuple[str, int, str]] = collections.Counter()
@@ -200,73 +159,29 @@ class VllmEngine:
         `--gpu-memory-utilization` share of the device and two do not fit at the arguments the manifest carries."""
         return on_cpu(self.vllm)
 
-    def _server_for(self, variant: Variant) -> _Live:
-        """The running server for `variant`: a live one with the same arguments, else a new one. A new one replaces
-        the current one, except the baseline's while `keep_baseline` holds it: it stays up beside the next."""
-        config = self.server_config(variant)
-        if variant.name in self._failed:
-            raise EngineError(self._failed[variant.name])
-        for live in (self._live, self._kept):
-            if live is not None and live.server.config == config:
-                live.server.check_alive()
-                if self._used is not None and self._used is not live:
-                    time.sleep(SWITCH_SETTLE_S)  # the other server's worker stops spinning first
-                self._used = live
-                return live
-        baseline = self.server_config(BASELINE)
-        if self.keep_baseline and self._live is not None and self._live.server.config == baseline:
-            self._kept, self._live = self._live, None  # held beside the next server, not stopped
-        keep = self.keep_baseline and config == baseline
-        if not keep:
-            self._stop(self._live)
-            self._live = None
-        live = self._launch(variant, config)
-        self._used = live
-        if keep:
-            self._kept = live
-        else:
-            self._live = live
-        return live
+    @property
+    def launches(self) -> list[Launch]:
+        """Every server launched so far (`pool.Launch`)."""
+        return self._pool.launches
 
-    def _launch(self, variant: Variant, config: ServerConfig) -> _Live:
-        name = safe_name(variant.name)
-        server = VllmServer(
-            self.vllm.python,
-            config,
-            self.log_dir,
-            name=f"{len(self.launches) + 1:02d}-{name}",
-            startup_timeout_s=self.startup_timeout_s or DEFAULT_STARTUP_TIMEOUT_S,
-        )
-        launch = Launch(variant=variant.name, log=str(server.log_path))
-        self.launches.append(launch)
-        try:
-            server.__enter__()
-        except EngineError as exc:
-            launch.error = str(exc).splitlines()[0]
-            self._failed[variant.name] = f"{variant.name}: {exc}"
-            raise
-        launch.startup_s = round(server.startup_s or 0.0, 1)
-        client = OpenAIClient(server.base_url, server.api_key, server.model_name)
-        self._loop.run_until_complete(client.__aenter__())
-        return _Live(server, client)
+    @property
+    def keep_baseline(self) -> bool:
+        """Keep the baseline's server up while other variants' servers come and go, so that requests can alternate
+        between the baseline and a candidate (`optimize.byvariant`); off: one server at a time."""
+        return self._pool.keep_baseline
 
-    def _stop(self, live: _Live | None) -> None:
-        if live is None:
-            return
-        try:
-            self._loop.run_until_complete(live.client.__aexit__(None, None, None))
-        finally:
-            live.server.__exit__(None, None, None)
+    @keep_baseline.setter
+    def keep_baseline(self, value: bool) -> None:
+        self._pool.keep_baseline = value
+
+    def _server_for(self, variant: Variant) -> Live:
+        """The running server for `variant` (`ServerPool.get`)."""
+        return self._pool.get(variant.name, self.server_config(variant), self.server_config(BASELINE))
 
     def _stop_server(self) -> None:
-        live, kept = self._live, self._kept
-        self._live, self._kept = None, None
-        try:
-            self._stop(live)
-        finally:
-            self._stop(kept)
+        self._pool.stop()
 
-    def _send(self, live: _Live, request: CompletionRequest) -> RequestResult:
+    def _send(self, live: Live, request: CompletionRequest) -> RequestResult:
         return self._loop.run_until_complete(live.client.complete(request))
 
     def _completion(
