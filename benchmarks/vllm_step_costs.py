@@ -510,6 +510,11 @@ def main() -> None:
     summary.write_summary(args, summary_figures(report))
 
 
+def _by_cell(steps: dict[str, Any]) -> dict[str, list[float]]:
+    """Measured over table per cell (`b<batch>-t<tokens>`): the median ratio and how many steps."""
+    return {cell: [round(ratio, 3), count] for cell, (ratio, count) in steps.get("median_ratio_by_cell", {}).items()}
+
+
 def summary_figures(report: dict[str, Any]) -> dict[str, Any]:
     """The figures the benchmark reports: the median table, plain decoding against the table's tokens=1 column,
     the logits' cost per extra position, and the n-gram server's (and a load run's) measured steps over the
@@ -534,12 +539,14 @@ def summary_figures(report: dict[str, Any]) -> dict[str, Any]:
     }  # fmt: skip
     if (ngram := report.get("ngram_check")) is not None:
         figures["ngram_measured_over_table"] = {
-            phase: {"steps": ngram[phase]["steps"], "ratio": round(ngram[phase]["ratio_measured_to_table"], 3)}
+            phase: {"steps": ngram[phase]["steps"], "ratio": round(ngram[phase]["ratio_measured_to_table"], 3),
+                    "median_ratio_by_cell": _by_cell(ngram[phase])}
             for phase in ("alone", "concurrent") if phase in ngram
         }  # fmt: skip
     if (load := report.get("load_run_check")) is not None:
         figures["load_run_measured_over_table"] = {
-            name: {"steps": v["steps"], "ratio": round(v["ratio_measured_to_table"], 3)}
+            name: {"steps": v["steps"], "ratio": round(v["ratio_measured_to_table"], 3),
+                   "median_ratio_by_cell": _by_cell(v)}
             for name, v in load.items() if isinstance(v, dict) and "ratio_measured_to_table" in v
         }  # fmt: skip
     return figures
