@@ -15,7 +15,8 @@ The default grid is a json run's at concurrency 4 (batch sizes 1, 2, 4; tokens 1
 float32 is the dtype `--dtype auto` serves on a CPU without native bfloat16 (bfloat16 is emulated there, its
 prefills several times slower). Needs `runinfra-opt engine install vllm`; run it alone on the machine. Every
 measurement goes to `--out-dir`/report.json as it finishes, the server's log to `--out-dir`/logs, the figures to
-`--out-dir`/summary.json (`--keep`: benchmarks/results/vllm_stepcost_blocker.json).
+`--out-dir`/summary.json (`--keep`: benchmarks/results/vllm_stepcost_blocker.json). `--fake` runs it against the
+stand-in server (tests/fake_vllm, table mode), to check the script, not the blocker.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import statistics
 import sys
 from pathlib import Path
@@ -31,6 +33,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script: the repository's packages
 from benchmarks import summary  # noqa: E402
 
+REPO = Path(__file__).resolve().parents[1]
 MAX_MODEL_LEN = 2048
 
 
@@ -91,6 +94,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--dtype", default="float32")
     parser.add_argument("--vllm-python", default=None)
+    parser.add_argument("--fake", action="store_true", help="the stand-in server (tests/fake_vllm) in table mode")
     summary.add_output_options(parser, __file__)
     args = parser.parse_args(argv)
 
@@ -102,14 +106,22 @@ def main(argv: list[str] | None = None) -> int:
     from runinfra_opt.models import ensure_converted, resolve_model
 
     out = summary.out_dir(args)
-    python = resolve_environment(args.vllm_python).python
-    model = str(ensure_converted(resolve_model("default")))
-    vocab = int(json.loads((Path(model) / "config.json").read_text())["vocab_size"])
+    if args.fake:
+        os.environ.update({"PYTHONPATH": str(REPO / "tests" / "fake_vllm"), "FAKE_VLLM_STEP": "table"})
+        python, model, vocab = sys.executable, "m", 1000
+    else:
+        python = resolve_environment(args.vllm_python).python
+        model = str(ensure_converted(resolve_model("default")))
+        vocab = int(json.loads((Path(model) / "config.json").read_text())["vocab_size"])
     settings = ServeSettings(model, dtype=args.dtype, max_model_len=MAX_MODEL_LEN)
     grid = StepCostGrid(args.batch_sizes, args.tokens, args.prefill, args.context, args.repeats)
-    report: dict[str, Any] = {"dtype": args.dtype, "grid": {"batch_sizes": args.batch_sizes, "tokens": args.tokens,
-                              "prefill": args.prefill, "context": args.context, "repeats": args.repeats},
-                              "runs": []}  # fmt: skip
+    report: dict[str, Any] = {
+        "server": "stand-in (tests/fake_vllm)" if args.fake else "vLLM",
+        "dtype": args.dtype,
+        "grid": {"batch_sizes": args.batch_sizes, "tokens": args.tokens, "prefill": args.prefill,
+                 "context": args.context, "repeats": args.repeats},
+        "runs": [],
+    }  # fmt: skip
 
     async def go(server: Any) -> None:
         async with OpenAIClient(server.base_url, server.api_key, server.model_name, max_connections=None) as client:
@@ -130,7 +142,8 @@ def main(argv: list[str] | None = None) -> int:
     report["comparison"] = compare(report["runs"])
     (out / "report.json").write_text(json.dumps(report, indent=1) + "\n", encoding="utf-8")
     print(json.dumps(report["comparison"], indent=1))
-    summary.write_summary(args, {k: report[k] for k in ("dtype", "grid", "startup_s", "comparison", "runs")}, argv)
+    figures = {k: report[k] for k in ("server", "dtype", "grid", "startup_s", "comparison", "runs")}
+    summary.write_summary(args, figures, argv)
     return 0
 
 
