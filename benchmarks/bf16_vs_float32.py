@@ -6,7 +6,8 @@ token-identical (a bf16 run that decodes other tokens optimises a different mode
 
 Per request the two dtypes run back to back, alternating which goes first (A B, then B A), so load from other
 processes hits both alike; the headline speed figure is the median over requests of bf16 tokens/s / float32
-tokens/s. A request counts as identical only if every generated token is.
+tokens/s. A request counts as identical only if every generated token is. Every request's figures go to
+`--out-dir`/report.json, the summary to `--out-dir`/summary.json (`--keep`: benchmarks/results/bf16_vs_float32.json).
 """
 
 from __future__ import annotations
@@ -16,7 +17,11 @@ import json
 import statistics
 import sys
 import time
+from pathlib import Path
 from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script: the repository's packages
+from benchmarks import summary  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -27,6 +32,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-tokens", type=int, default=48, help="cap on new tokens per request (default 48)")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
+    summary.add_output_options(parser, __file__)
     args = parser.parse_args(argv)
 
     import torch
@@ -87,6 +93,8 @@ def main(argv: list[str] | None = None) -> int:
         "load_average": open("/proc/loadavg").read().split()[:3],  # noqa: PTH123, SIM115
         "rows": rows,
     }
+    (summary.out_dir(args) / "report.json").write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+    summary.write_summary(args, {k: v for k, v in result.items() if k != "rows"}, argv)
     if args.json:
         print(json.dumps(result, indent=2))
         return 0

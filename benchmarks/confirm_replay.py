@@ -18,8 +18,11 @@ exhaustive run, each on its own launch). What it cannot show: the launches' own 
 the recorded run (a real predictive run gets launches of its own), and the step costs, the baseline pass and the
 baseline's measurements are the exhaustive run's. The k schedule phase is not replayed.
 
-    .venv/bin/python benchmarks/confirm_replay.py benchmarks/results/predictor_accuracy-vllm-2026-12-02b \\
-        [--confirm 3] [--vllm-python PY] [--out FILE]
+    .venv/bin/python benchmarks/confirm_replay.py RAW_DIR [--confirm 3] [--vllm-python PY] [--out-dir DIR]
+
+RAW_DIR: the run directories of `predictor_accuracy.py --engine vllm` (its `--out-dir`/raw); the recorded ones
+are in the git history (docs/measurements.md names the commits). The report goes to `--out-dir`/report.json, the
+summary to `--out-dir`/summary.json (`--keep`: benchmarks/results/confirm_replay.json).
 """
 
 from __future__ import annotations
@@ -32,6 +35,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script: the repository's packages
+from benchmarks import summary  # noqa: E402
 from runinfra_opt.methods import Variant
 from runinfra_opt.optimize.config import OptimizeConfig
 from runinfra_opt.optimize.phases import confirm
@@ -133,7 +138,8 @@ def main() -> int:
     parser.add_argument("dirs", nargs="+", type=Path, help="Exhaustive run directories, or directories holding them.")
     parser.add_argument("--confirm", type=int, default=3)
     parser.add_argument("--vllm-python", default=None)
-    parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument("--out", type=Path, default=None, help="the report (default: OUT_DIR/report.json)")
+    summary.add_output_options(parser, __file__)
     args = parser.parse_args()
     runs = []
     for d in args.dirs:
@@ -153,9 +159,10 @@ def main() -> int:
                     f"winner {entry['winner']} ({entry['winner_over_exhaustive_winner_batch1']}x the exhaustive "
                     f"winner {entry['exhaustive_winner']}){'; ' + entry['stopped'] if entry['stopped'] else ''}"
                 )
-    if args.out:
-        args.out.write_text(json.dumps(report, indent=1) + "\n", encoding="utf-8")
-        print(f"report: {args.out}")
+    out = args.out or summary.out_dir(args) / "report.json"
+    out.write_text(json.dumps(report, indent=1) + "\n", encoding="utf-8")
+    print(f"report: {out}")
+    summary.write_summary(args, {"replays": report})
     return 0
 
 

@@ -4,7 +4,8 @@ For each workload: `runinfra_opt.distill.pipeline.distill` (skipped when the out
 a draft of the same settings), then `runinfra_opt.bench.run_bench` of `--method draft --lookahead K
 --vs-baseline` over the draft's held-out requests only (requests it never trained on). Prints, per workload,
 the simulated held-out acceptance before/after training, the cost ratio c, the measured acceptance and the
-measured speedup with its 95% interval; writes everything to `--out-root/results.json`.
+measured speedup with its 95% interval; writes the drafts and every row to `--out-dir` (results.json), the
+summary to `--out-dir`/summary.json (`--keep`: benchmarks/results/distill_drafts.json).
 
 Run it under the CPU lock, e.g.:
   RUNINFRA_OPT_CACHE=/tmp/rcache flock /tmp/runinfra-cpu.lock .venv/bin/python benchmarks/distill_drafts.py \
@@ -19,6 +20,9 @@ import json
 import sys
 from pathlib import Path
 from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script: the repository's packages
+from benchmarks import summary  # noqa: E402
 
 
 def _heldout_workload(workload: Any, ids: list[str]) -> Any:
@@ -41,7 +45,7 @@ def main() -> int:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--no-bench", action="store_true", help="distil and report simulated acceptance only")
-    parser.add_argument("--out-root", type=Path, default=Path(".runinfra/distill-bench"))
+    summary.add_output_options(parser, __file__)
     args = parser.parse_args()
 
     from runinfra_opt.bench import BenchConfig, run_bench
@@ -53,7 +57,7 @@ def main() -> int:
 
     rows: list[dict[str, Any]] = []
     for name in [w.strip() for w in args.workloads.split(",") if w.strip()]:
-        out = args.out_root / f"{name}-l{args.layers}-h{args.hidden}"
+        out = args.out_dir / f"{name}-l{args.layers}-h{args.hidden}"
         config = DistillConfig(
             target=args.target,
             workload=name,
@@ -68,22 +72,22 @@ def main() -> int:
             threads=args.threads,
         )
         report = distill(config)
-        summary = report.summary
+        distilled = report.summary
         row: dict[str, Any] = {
             "workload": name,
             "draft": str(out),
-            "train_s": summary["training"]["seconds"],
-            "c": summary["cost"]["c"],
-            "sim_before": summary["heldout_before"].get("accepted_per_pass"),
-            "sim_after": summary["heldout_after"].get("accepted_per_pass"),
-            "sim_tokens_per_pass_after": summary["heldout_after"].get("tokens_per_pass"),
-            "agreement": summary["heldout_after"].get("agreement"),
-            "heldout_requests": len(summary["workload"]["heldout_requests"]),
+            "train_s": distilled["training"]["seconds"],
+            "c": distilled["cost"]["c"],
+            "sim_before": distilled["heldout_before"].get("accepted_per_pass"),
+            "sim_after": distilled["heldout_after"].get("accepted_per_pass"),
+            "sim_tokens_per_pass_after": distilled["heldout_after"].get("tokens_per_pass"),
+            "agreement": distilled["heldout_after"].get("agreement"),
+            "heldout_requests": len(distilled["workload"]["heldout_requests"]),
         }
         print(f"{name}: distilled -> {out} {json.dumps(row)}", file=sys.stderr, flush=True)
         if not args.no_bench:
             workload = _heldout_workload(
-                load_workload(name, default_max_tokens=args.max_tokens), summary["workload"]["heldout_requests"]
+                load_workload(name, default_max_tokens=args.max_tokens), distilled["workload"]["heldout_requests"]
             )
             variant = Variant("draft", lookahead=args.lookahead, draft=str(out))
             bench = run_bench(
@@ -110,8 +114,7 @@ def main() -> int:
                 }
             )
         rows.append(row)
-        args.out_root.mkdir(parents=True, exist_ok=True)
-        atomic_write_text(args.out_root / "results.json", json.dumps(rows, indent=2) + "\n")
+        atomic_write_text(summary.out_dir(args) / "results.json", json.dumps(rows, indent=2) + "\n")
 
     header = f"{'workload':<10} {'c':>6} {'acc/pass before':>16} {'after':>6} {'measured':>9} {'speedup [95% CI]':>24}"
     print(header)
@@ -123,6 +126,7 @@ def main() -> int:
             f"{row['workload']:<10} {row['c']:>6.3f} {row['sim_before'] or 0:>16.2f} {row['sim_after'] or 0:>6.2f} "
             f"{measured if measured is None else round(measured, 2)!s:>9} {speed:>24}"
         )
+    summary.write_summary(args, {"drafts": rows})
     return 0
 
 

@@ -8,9 +8,9 @@ first for reference. `--copy-task F` spends a fraction F of the steps on a synth
 real training text repeated after a gap, loss on the repeat), to test whether copying can be taught in
 minutes. Teacher data comes from `draft distill`'s cache (generated when missing).
 
-The findings in docs/distill.md ("It memorises, it does not generalise") come from these runs; their logs
-are in benchmarks/results/distill_curves_*.log (the json-only log was written by an earlier single-workload
-version of this script, with evaluations every 60 s):
+The curve (every evaluation, and the n-gram reference) goes to `--out-dir`/curve.json, the summary to
+`--out-dir`/summary.json (`--keep`: benchmarks/results/distill_learning_curves.json). The findings in
+docs/distill.md ("It memorises, it does not generalise") come from these runs (docs/measurements.md):
   .venv/bin/python benchmarks/distill_learning_curves.py --workloads json --minutes 5 --eval-every 60
   .venv/bin/python benchmarks/distill_learning_curves.py --minutes 6
   .venv/bin/python benchmarks/distill_learning_curves.py --init embedding --hidden 128 --copy-task 0.5 --minutes 6
@@ -19,10 +19,14 @@ version of this script, with evaluations every 60 s):
 from __future__ import annotations
 
 import argparse
-import tempfile
+import json
+import sys
 import time
 from pathlib import Path
 from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script: the repository's packages
+from benchmarks import summary  # noqa: E402
 
 COPY_BATCH = 8
 
@@ -71,7 +75,10 @@ def main() -> int:
     parser.add_argument("--lr", type=float, default=2e-3)
     parser.add_argument("--copy-task", type=float, default=0.0)
     parser.add_argument("--threads", type=int, default=2)
+    summary.add_output_options(parser, __file__)
     args = parser.parse_args()
+    out = summary.out_dir(args)
+    figures: dict[str, Any] = {"ngram_n2_k4_heldout_accepted_per_pass": {}, "curve": []}
 
     import torch
     import torch.nn.functional as F
@@ -112,6 +119,7 @@ def main() -> int:
             )
             accepted += sim.accepted
             passes += sim.target_passes
+        figures["ngram_n2_k4_heldout_accepted_per_pass"][name] = round(accepted / passes, 3)
         print(
             f"{name}: teacher data {time.perf_counter() - started:.1f} s, {data.meta['continuation_tokens']} "
             f"continuation + {data.meta['prompt_tokens']} prompt tokens; ngram-n2-k4 held-out acc/pass "
@@ -122,7 +130,7 @@ def main() -> int:
     config = DistillConfig(
         target="default",
         workload=args.workloads,
-        out=Path(tempfile.mkdtemp()),
+        out=out / "draft",
         layers=args.layers,
         hidden=args.hidden,
         init=args.init,
@@ -130,15 +138,20 @@ def main() -> int:
     )
     draft = T.make_draft(target.model, union, train_idx, config)
     first_held = held[next(iter(held))][0]
-    print("cost", cost_ratio(draft, target.model, sequences[first_held].ids[:128]), flush=True)
+    figures["cost_ratio"] = cost_ratio(draft, target.model, sequences[first_held].ids[:128])
+    print("cost", figures["cost_ratio"], flush=True)
 
     def evaluate(tag: str) -> None:
         draft.eval()
-        parts = []
+        parts, point = [], {"at": tag}
         for name, rows in [*held.items(), ("train", train_idx[::8])]:
             report = heldout_acceptance(draft, union, rows, 4)
             parts.append(f"{name} {report['accepted_per_pass']:.2f}/{report['agreement']:.2f}")
+            point[name] = {"accepted_per_pass": round(report["accepted_per_pass"], 3),
+                           "agreement": round(report["agreement"], 3)}  # fmt: skip
         print(tag, " | ".join(parts), "(acc/pass / agreement)", flush=True)
+        figures["curve"].append(point)
+        (out / "curve.json").write_text(json.dumps(figures, indent=1) + "\n", encoding="utf-8")
         draft.train()
 
     evaluate("init")
@@ -173,6 +186,7 @@ def main() -> int:
             evaluate(f"t={elapsed:.0f}s step={step} loss={loss.item():.2f}")
             next_eval += args.eval_every
     evaluate(f"final t={elapsed:.0f}s step={step}")
+    summary.write_summary(args, figures)
     return 0
 
 

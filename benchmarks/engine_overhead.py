@@ -8,7 +8,7 @@ through plain `model.generate`, back to back, alternating which goes first (A B,
 The headline figure is the median over all (round, request) pairs of tool tokens/s / bare tokens/s: the two runs
 of a pair are seconds apart, so load from other processes on a shared machine mostly cancels. Per-round
 throughput (output tokens / summed seconds) and its median ratio are printed too. Both paths must produce the
-same tokens.
+same tokens. The figures go to `--out-dir`/summary.json (`--keep`: benchmarks/results/engine_overhead.json).
 """
 
 from __future__ import annotations
@@ -18,7 +18,11 @@ import json
 import statistics
 import sys
 import time
+from pathlib import Path
 from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script: the repository's packages
+from benchmarks import summary  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -31,6 +35,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--device", default="auto")
     parser.add_argument("--dtype", default="auto")
+    summary.add_output_options(parser, __file__)
     args = parser.parse_args(argv)
 
     import torch
@@ -107,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
         )
 
     instrumentation_us = _instrumentation_cost_us(engine)
-    summary = {
+    figures = {
         "workload": workload.name,
         "requests": len(requests),
         "max_tokens": args.max_tokens,
@@ -124,12 +129,13 @@ def main(argv: list[str] | None = None) -> int:
     }
     print(
         f"tool / bare generate tokens/s: median over {len(pair_ratios)} back-to-back pairs "
-        f"{summary['pair_ratio_median']:.3f} (target >= 0.97); per-round medians: tool "
-        f"{summary['tool_tokens_per_s_median']:.2f} tok/s, bare {summary['bare_tokens_per_s_median']:.2f} tok/s, "
-        f"ratio {summary['round_ratio_median']:.3f}"
+        f"{figures['pair_ratio_median']:.3f} (target >= 0.97); per-round medians: tool "
+        f"{figures['tool_tokens_per_s_median']:.2f} tok/s, bare {figures['bare_tokens_per_s_median']:.2f} tok/s, "
+        f"ratio {figures['round_ratio_median']:.3f}"
     )
     print(f"engine instrumentation (forward hook + streamer put + clock) per target pass: {instrumentation_us:.1f} us")
-    print(json.dumps(summary))
+    print(json.dumps(figures))
+    summary.write_summary(args, figures, argv)
     return 0
 
 

@@ -4,18 +4,22 @@ tokens/s with its 95% interval, the paired ratio to the baseline at the same lev
 e2e p50/p95 and the server's acceptance over the level. A run made before a change to the metrics (e.g. how a
 request's share of the window is counted) is thereby shown as the current code measures it; nothing is timed.
 
-    .venv/bin/python benchmarks/load_gain.py RUN_DIR [RUN_DIR ...] [--out FILE]
+    .venv/bin/python benchmarks/load_gain.py RUN_DIR [RUN_DIR ...] [--out-dir DIR] [--keep]
 
-RUN_DIR is an `optimize --engine vllm --load ...` run directory (its `load/<variant>/<level>.jsonl` files).
+RUN_DIR is an `optimize --engine vllm --load ...` run directory (its `load/<variant>/<level>.jsonl` files). The
+rows go to `--out-dir`/report.json and summary.json (`--keep`: benchmarks/results/load_gain.json).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script: the repository's packages
+from benchmarks import summary  # noqa: E402
 from runinfra_opt.load import level_metrics, throughput_ratio
 from runinfra_opt.load.store import read_run
 from runinfra_opt.results import RunResults
@@ -59,7 +63,8 @@ def gains(run_dir: Path) -> dict[str, Any]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("runs", nargs="+", type=Path)
-    parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument("--out", type=Path, default=None, help="the report (default: OUT_DIR/report.json)")
+    summary.add_output_options(parser, __file__)
     args = parser.parse_args()
     report = [gains(run) for run in args.runs]
     for run in report:
@@ -74,8 +79,9 @@ def main() -> None:
                 f"{r['ttft_ms_p50_p95'][0]}/{r['ttft_ms_p50_p95'][1]} ms  {r['e2e_ms_p50_p95'][0]}/"
                 f"{r['e2e_ms_p50_p95'][1]} ms"
             )
-    if args.out:
-        args.out.write_text(json.dumps(report, indent=1) + "\n", encoding="utf-8")
+    out = args.out or summary.out_dir(args) / "report.json"
+    out.write_text(json.dumps(report, indent=1) + "\n", encoding="utf-8")
+    summary.write_summary(args, {"runs": report})
 
 
 if __name__ == "__main__":

@@ -16,8 +16,10 @@ family of the exhaustive run (target: >= 0.8), the head-to-head ratio, how sure 
 (`--repeats auto`), and predictive's wall time as a fraction of exhaustive's (target: <= 0.25).
 
 The space is reduced from the default (see SPACE) and the requests are capped so both runs fit on a 2-core CPU;
-the output says so. Every run directory (results.json, cost model, manifest) is kept under `--raw-dir`. Run it
-alone on the machine:
+the output says so. Every run directory (results.json, cost model, manifest) is kept under `--raw-dir`, the
+report is `--out`, both under `--out-dir` by default; the summary (`summary_figures`) goes to
+`--out-dir`/summary.json (`--keep`: benchmarks/results/predictor_accuracy.json, or predictor_accuracy-vllm.json
+with `--engine vllm`). Run it alone on the machine:
 
     flock /tmp/runinfra-cpu.lock .venv/bin/python benchmarks/predictor_accuracy.py \
         --workloads summarize json mixed --requests 8 --max-tokens 64
@@ -50,12 +52,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script: the repository's packages
+from benchmarks import summary  # noqa: E402
 from runinfra_opt.optimize.config import OptimizeConfig, parse_repeats
 from runinfra_opt.optimize.pipeline import run_optimize
 from runinfra_opt.report.accuracy import family_rankings, kendall_tau, level_prediction_errors, prediction_errors
 from runinfra_opt.results import Interval, RunResults, load_results
-
-RESULTS_DIR = Path(__file__).resolve().parent / "results"
 
 SPACE: dict[str, Any] = {
     "methods": ("ngram", "early_exit"),
@@ -386,6 +388,50 @@ def _save(report: dict[str, Any], args: argparse.Namespace, workload: str | None
     args.out.write_text(json.dumps(report, indent=1), encoding="utf-8")
 
 
+SUMMARY_KEYS = {
+    "predictive": ("winner", "wall_s", "max_abs_error", "max_batch1_error", "max_batch1_paired_error",
+                   "max_highest_level_error", "baseline_tokens_per_s"),
+    "exhaustive": ("winner", "wall_s", "within_10pct", "mean_abs_error", "max_abs_error", "batch1_within_10pct",
+                   "highest_level_within_15pct", "baseline_tokens_per_s"),
+}  # fmt: skip
+"""The figures of a strategy's entry that the summary keeps (those the entry has: the engines report different
+ones)."""
+
+
+def summary_figures(report: dict[str, Any]) -> dict[str, Any]:
+    """The figures the benchmark reports, per workload: both winners and wall times, the prediction errors, the
+    Kendall tau per method family, the wall-time ratio, the head-to-head ratio and (vLLM) the predictive winner
+    inside the exhaustive run and the exhaustive run's drift."""
+    figures: dict[str, Any] = {
+        "engine": report.get("engine"),
+        "load": report.get("load"),
+        "requests_per_workload": report.get("requests_per_workload"),
+        "max_tokens": report.get("max_tokens"),
+        "workloads": {},
+    }
+    for workload, entry in report["workloads"].items():
+        row: dict[str, Any] = {}
+        for strategy, keys in SUMMARY_KEYS.items():
+            if strategy in entry:
+                row[strategy] = {k: entry[strategy][k] for k in keys if k in entry[strategy]}
+        if "exhaustive" in entry:
+            row["kendall_tau"] = {f["method"]: f["kendall_tau"] for f in entry["exhaustive"].get("family_rankings", [])}
+            if (drift := entry["exhaustive"].get("drift")) is not None:
+                row["drift_kendall_tau"] = drift["kendall_tau"]
+        for key in ("same_winner", "wall_time_ratio", "baseline_speed_ratio"):
+            if key in entry:
+                row[key] = entry[key]
+        if (inside := entry.get("predictive_winner_inside_exhaustive")) is not None:
+            row["predictive_winner_inside_exhaustive"] = {
+                kind: {k: v for k, v in pair.items() if k in ("level", "ratio", "paired_ratio")}
+                for kind, pair in inside.items()
+            }
+        if (h2h := entry.get("head_to_head")) is not None:
+            row["head_to_head_ratio"] = h2h.get("ratio")
+        figures["workloads"][workload] = row
+    return figures
+
+
 def _workload_names(values: list[str]) -> list[str]:
     return [name.strip() for value in values for name in value.split(",") if name.strip()]
 
@@ -415,13 +461,12 @@ def main() -> int:
         help="vllm: run the predictive strategy only and compare it with the exhaustive runs recorded in this "
         "--raw-dir of an earlier report (their measurements and wall time; their predictions are theirs).",
     )  # fmt: skip
-    parser.add_argument(
-        "--out", type=Path, default=RESULTS_DIR / f"predictor_accuracy-{stamp}.json", help="The report (JSON)."
-    )
-    parser.add_argument(
-        "--raw-dir", type=Path, default=RESULTS_DIR / f"predictor_accuracy-{stamp}", help="Run directories."
-    )
+    parser.add_argument("--out", type=Path, default=None, help="The report (JSON; default: OUT_DIR/STAMP.json).")
+    parser.add_argument("--raw-dir", type=Path, default=None, help="Run directories (default: OUT_DIR/STAMP).")
+    summary.add_output_options(parser, __file__)
     args = parser.parse_args()
+    args.out = args.out or args.out_dir / f"{stamp}.json"
+    args.raw_dir = args.raw_dir or args.out_dir / stamp
     parse_repeats(args.repeats)  # a bad value fails here, before anything is measured
     from transformers.utils import logging
 
@@ -497,6 +542,7 @@ def main() -> int:
         entry["head_to_head"] = head_to_head(workload, predictive, exhaustive, args)
         _save(report, args, workload, entry)
     _save(report, args)
+    summary.write_summary(args, summary_figures(report))
     print("\nsummary:")
     for workload, entry in report["workloads"].items():
         taus = ", ".join(
@@ -569,6 +615,7 @@ def _main_vllm(args: argparse.Namespace, report: dict[str, Any], root: Path) -> 
             entry["head_to_head"] = serving_head_to_head(workload, predictive, exhaustive, args, log_dir)
             _save(report, args, workload, entry)
     _save(report, args)
+    summary.write_summary(args, summary_figures(report), kept="predictor_accuracy-vllm")
     print("\nsummary:")
     for workload, entry in report["workloads"].items():
         h2h = entry.get("head_to_head")

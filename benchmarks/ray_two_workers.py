@@ -9,7 +9,8 @@ the confirm phase's wall time, the sum of the trials' own wall times (what one w
 and each trial's wall time (and its set-up part: opening the engine, warm-up), after one uncounted warm-up
 round that starts the worker processes; the speed-up is the median of (1 worker's confirm time / 2 workers').
 The 1-minute load average is printed before and after each run: on a machine shared with other work, two
-trials "on two cores" still compete with it for those cores.
+trials "on two cores" still compete with it for those cores. Every run's row and the speed-ups go to
+`--out-dir`/summary.json (`--keep`: benchmarks/results/ray_two_workers.json).
 """
 
 from __future__ import annotations
@@ -23,7 +24,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script: the repository's packages
+from benchmarks import summary  # noqa: E402
 
 WORKLOAD = [
     {"id": "echo-1", "category": "echo", "prompt": "abc abc abc abc abc abc abc", "max_tokens": 48},
@@ -37,7 +39,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--repeats", type=int, default=2)
-    parser.add_argument("--out", type=Path, default=Path("benchmarks/results/ray_two_workers.json"))
+    summary.add_output_options(parser, __file__)
     args = parser.parse_args(argv)
 
     import ray
@@ -96,15 +98,14 @@ def main(argv: list[str] | None = None) -> int:
     one = [r["confirm_s"] for r in runs if r["workers"] == 1]
     two = [r["confirm_s"] for r in runs if r["workers"] == 2]
     speedups = [a / b for a, b in zip(one, two, strict=True)]
-    summary = {
+    figures = {
         "runs": runs,
         "speedup_median": statistics.median(speedups),
         "speedups": speedups,
         "cpus": os.cpu_count(),
     }
-    print(json.dumps({k: v for k, v in summary.items() if k != "runs"}))
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
+    print(json.dumps({k: v for k, v in figures.items() if k != "runs"}))
+    summary.write_summary(args, figures, argv)
     return 0
 
 

@@ -8,7 +8,8 @@ recording would be.
     .venv/bin/python benchmarks/replay_fidelity.py --base-url http://127.0.0.1:8000 --model MODEL [--api-key KEY]
     .venv/bin/python benchmarks/replay_fidelity.py --vllm    # launches a bf16 SmolLM2 vLLM server for the run
 
-Options: --requests 2000 --rate 20 --max-tokens 16 --seed 0 --out FILE (the summary as JSON). Against a real
+Options: --requests 2000 --rate 20 --max-tokens 16 --seed 0. The figures go to `--out-dir`/summary.json
+(`--keep`: benchmarks/results/replay_fidelity.json, replay_fidelity-vllm.json with `--vllm`). Against a real
 server each request asks for `--max-tokens` tokens with `ignore_eos` and no log-probabilities; a server slower
 than the offered load queues requests (see `peak_in_flight`), which must not delay the sends.
 """
@@ -28,6 +29,8 @@ from pathlib import Path
 
 import numpy as np
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script: the repository's packages
+from benchmarks import summary  # noqa: E402
 from runinfra_opt.engine.vllm.client import CompletionRequest, OpenAIClient, RequestResult
 from runinfra_opt.load import LATE_S, LevelRun, Replay, level_metrics, plan, run_level
 from runinfra_opt.stats import percentiles
@@ -84,7 +87,7 @@ def main() -> None:
     parser.add_argument("--rate", type=float, default=20.0)
     parser.add_argument("--max-tokens", type=int, default=16)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--out", type=Path, default=None)
+    summary.add_output_options(parser, __file__)
     args = parser.parse_args()
     if sum([args.fake, args.base_url is not None, args.vllm]) != 1:
         parser.error("give exactly one of --fake, --base-url and --vllm")
@@ -166,10 +169,7 @@ def main() -> None:
     )
     for note in run_result.notes:
         print(f"note: {note}")
-    if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(report, indent=2) + "\n")
-        print(f"summary: {args.out}")
+    summary.write_summary(args, report, kept="replay_fidelity-vllm" if args.vllm else None)
 
 
 if __name__ == "__main__":

@@ -12,7 +12,9 @@ its peak RSS (VmHWM: not inherited across exec, unlike `ru_maxrss`) and its RSS 
   (`read_run(file, lazy=True)`), in its own child.
 
     .venv/bin/python benchmarks/replay_memory.py [--requests 1000,100000] [--chunks 64] [--time-scale 0.005]
-        [--service-ms 20] [--metrics] [--out benchmarks/results/replay_memory-DATE.json]
+        [--service-ms 20] [--metrics] [--out-dir DIR] [--keep]
+
+The figures go to `--out-dir`/summary.json (`--keep`: benchmarks/results/replay_memory.json).
 
 The client falls behind the schedule when it cannot keep up (4,000 requests/s at the default scale): that makes
 the run longer, not its memory larger (the requests in flight are bounded by the service time); the send lags are
@@ -32,6 +34,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script: the repository's packages
+from benchmarks import summary  # noqa: E402
 
 SCRIPT = Path(__file__).resolve()
 REPO = SCRIPT.parents[1]
@@ -151,7 +156,7 @@ def main() -> None:
     parser.add_argument("--time-scale", type=float, default=0.005, help="replay's time scale (0.005: 4,000 req/s)")
     parser.add_argument("--service-ms", type=float, default=20.0, help="each synthetic request's duration")
     parser.add_argument("--metrics", action="store_true", help="also compute level_metrics from the streamed file")
-    parser.add_argument("--out", type=Path, default=None, help="write the figures as JSON")
+    summary.add_output_options(parser, __file__)
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--mode", choices=["kept", "streamed", "metrics"], help=argparse.SUPPRESS)
     parser.add_argument("--workload", type=Path, help=argparse.SUPPRESS)
@@ -165,13 +170,9 @@ def main() -> None:
     report: dict[str, Any] = {
         "what": "peak RSS (VmHWM) of a child process replaying a synthetic recording through run_level with an "
         "in-process client (no HTTP): records kept in memory vs streamed to a JSON-lines file",
-        "command": " ".join(["benchmarks/replay_memory.py", *sys.argv[1:]]),
-        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         "chunks_per_request": args.chunks,
         "time_scale": args.time_scale,
         "service_ms": args.service_ms,
-        "python": sys.version.split()[0],
-        "cpus": os.cpu_count(),
         "load_average_before": load_average(),
         "runs": [],
     }
@@ -203,10 +204,7 @@ def main() -> None:
         }  # fmt: skip
         print(f"peak RSS growth from {small:,} to {big:,} requests: {report['growth_mb']}")
     report["load_average_after"] = load_average()
-    if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(report, indent=2) + "\n")
-        print(f"figures: {args.out}")
+    summary.write_summary(args, report)
 
 
 if __name__ == "__main__":

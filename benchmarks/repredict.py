@@ -9,8 +9,11 @@ predictor is then checked against real measurements in seconds, without measurin
 so the confirmed candidates of a predictive run, stay what they were (a predictive run's candidates were picked
 by the predictor of its day).
 
-    .venv/bin/python benchmarks/repredict.py benchmarks/results/predictor_accuracy-vllm-2026-12-02b \\
-        [--vllm-python PY] [--out FILE]
+    .venv/bin/python benchmarks/repredict.py RAW_DIR [RAW_DIR ...] [--vllm-python PY] [--out-dir DIR] [--keep]
+
+RAW_DIR: run directories, e.g. those of `predictor_accuracy.py` (its `--out-dir`); the recorded ones are in the
+git history (docs/measurements.md names the commits). The report goes to `--out-dir`/report.json, the summary
+(`summary_figures`) to `--out-dir`/summary.json (`--keep`: benchmarks/results/repredict.json).
 
 A serving-engine run needs the vLLM environment's python only to be named (nothing is started); without
 `--vllm-python`, the installed one.
@@ -27,6 +30,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script: the repository's packages
+from benchmarks import summary  # noqa: E402
 from runinfra_opt.optimize.config import OptimizeConfig
 from runinfra_opt.optimize.pipeline import run_optimize
 from runinfra_opt.report.accuracy import family_rankings, level_prediction_errors, prediction_errors
@@ -72,11 +77,27 @@ def repredict(run_dir: Path, work: Path, vllm_python: str | None) -> dict[str, A
     }
 
 
+SUMMARY_KEYS = ("winner", "batch1_within_10pct", "batch1_mean_error", "levels_within_15pct", "levels_mean_error",
+                "kendall_tau")  # fmt: skip
+
+
+def summary_figures(report: list[dict[str, Any]]) -> dict[str, Any]:
+    """Per run: the recorded figures and the re-predicted ones (errors within 10% at batch 1, 15% under load,
+    their means, the winner, Kendall's tau)."""
+    return {
+        "runs": {
+            entry["run"]: {when: {k: entry[when].get(k) for k in SUMMARY_KEYS} for when in ("recorded", "now")}
+            for entry in report
+        }
+    }
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("dirs", nargs="+", type=Path, help="Run directories, or directories holding them.")
     parser.add_argument("--vllm-python", default=None, help="vllm runs: a vLLM environment's python.")
-    parser.add_argument("--out", type=Path, default=None, help="Write the report (JSON) here.")
+    parser.add_argument("--out", type=Path, default=None, help="The report (JSON; default: OUT_DIR/report.json).")
+    summary.add_output_options(parser, __file__)
     args = parser.parse_args()
     runs = []
     for d in args.dirs:
@@ -108,9 +129,10 @@ def main() -> int:
                     f"  {row['variant']:24s} batch 1 {row['predicted_tokens_per_s']} vs {row['measured_tokens_per_s']} "
                     f"({row['abs_error']:.3f}){tail}"
                 )
-    if args.out:
-        args.out.write_text(json.dumps(report, indent=1) + "\n", encoding="utf-8")
-        print(f"report: {args.out}")
+    out = args.out or summary.out_dir(args) / "report.json"
+    out.write_text(json.dumps(report, indent=1) + "\n", encoding="utf-8")
+    print(f"report: {out}")
+    summary.write_summary(args, summary_figures(report))
     return 0
 
 

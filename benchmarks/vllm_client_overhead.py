@@ -8,9 +8,11 @@ measures (top-2 log-probabilities and token ids, which also cost the server some
 vLLM's own benchmark (`vllm.benchmarks.serve.main`, run in the vLLM environment: its console script fails
 for the CPU distribution). Output tokens are the server's `usage` counts in all three.
 
-    .venv/bin/python benchmarks/vllm_client_overhead.py [--repeats 3] [--concurrency 1 4] [--out FILE]
+    .venv/bin/python benchmarks/vllm_client_overhead.py [--repeats 3] [--concurrency 1 4] [--out-dir DIR] [--keep]
 
-Needs `runinfra-opt engine install vllm`. Prints one line per run and a summary; writes the raw runs as JSON.
+Needs `runinfra-opt engine install vllm`. Prints one line per run and a summary; writes the raw runs to
+`--out-dir`/runs.json and the figures to `--out-dir`/summary.json (`--keep`:
+benchmarks/results/vllm_client_overhead.json).
 """
 
 from __future__ import annotations
@@ -25,6 +27,8 @@ import tempfile
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script: the repository's packages
+from benchmarks import summary  # noqa: E402
 from runinfra_opt.engine.vllm.client import CompletionRequest, replay
 from runinfra_opt.engine.vllm.environment import resolve_environment
 from runinfra_opt.engine.vllm.server import ServerConfig, VllmServer
@@ -100,7 +104,7 @@ def main() -> None:
     parser.add_argument("--max-tokens", type=int, default=64)
     parser.add_argument("--dtype", default="bfloat16")
     parser.add_argument("--vllm-python", default=None)
-    parser.add_argument("--out", type=Path, default=None)
+    summary.add_output_options(parser, __file__)
     args = parser.parse_args()
 
     env = resolve_environment(args.vllm_python)
@@ -129,7 +133,7 @@ def main() -> None:
                         runs.append(run)
                         print(json.dumps(run), flush=True)
 
-    summary = {}
+    by_concurrency = {}
     for c in args.concurrency:
         median = {
             arm: statistics.median(r["tokens_per_s"] for r in runs if r["arm"] == arm and r["concurrency"] == c)
@@ -145,7 +149,7 @@ def main() -> None:
             )
             for arm in ("ours", "ours+logprobs")
         }  # fmt: skip
-        summary[str(c)] = {"median_tokens_per_s": median, "median_paired_ratio_vs_vllm_bench": ratio}
+        by_concurrency[str(c)] = {"median_tokens_per_s": median, "median_paired_ratio_vs_vllm_bench": ratio}
         print(
             f"concurrency {c}: tokens/s ours {median['ours']:.1f}, ours+logprobs {median['ours+logprobs']:.1f}, "
             f"vllm bench serve {median['vllm-bench']:.1f}; ours / vllm bench = {ratio['ours']:.3f} "
@@ -162,12 +166,12 @@ def main() -> None:
         "cpus": os.cpu_count(),
         "python": sys.version.split()[0],
         "runs": runs,
-        "summary": summary,
+        "summary": by_concurrency,
     }
-    if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(report, indent=2) + "\n")
-        print(f"raw runs: {args.out}")
+    raw = summary.out_dir(args) / "runs.json"
+    raw.write_text(json.dumps(report, indent=2) + "\n")
+    print(f"raw runs: {raw}")
+    summary.write_summary(args, {k: v for k, v in report.items() if k not in ("benchmark", "runs")})
 
 
 if __name__ == "__main__":

@@ -5,7 +5,10 @@ compares its drafted and accepted tokens with the server's own `/metrics` counte
 engine diffs `vllm:spec_decode_num_draft_tokens_total` / `..._accepted_tokens_total` around each request at
 batch 1). It needs no server: the runs already hold the records.
 
-    .venv/bin/python benchmarks/vllm_ngram_counters.py RUN_DIR [RUN_DIR ...] [--out FILE] [--details]
+    .venv/bin/python benchmarks/vllm_ngram_counters.py RUN_DIR [RUN_DIR ...] [--details] [--out-dir DIR] [--keep]
+
+The comparison goes to `--out-dir`/report.json, its totals per variant to `--out-dir`/summary.json (`--keep`:
+benchmarks/results/vllm_ngram_counters.json).
 
 Prompts are re-tokenized with the run's target tokenizer (`PromptTokenizer`, the ids the engine sent); a run
 whose workload file changed since (fingerprint) is refused. The simulation over a server's own output is exact
@@ -21,6 +24,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script: the repository's packages
+from benchmarks import summary  # noqa: E402
 from runinfra_opt.engine.prompts import PromptTokenizer
 from runinfra_opt.methods.variant import Variant
 from runinfra_opt.methods.vllm_ngram import VllmNgram, simulate
@@ -70,7 +75,7 @@ def check_run(run_dir: Path, *, details: bool) -> dict[str, Any]:
         ]
         clean = [r for r in rows if not r["last_pass_past_output"]]
         clean_exact = [r for r in clean if r in exact]
-        summary = {
+        counts = {
             "records": len(rows),
             "exact": len(exact),
             "records_without_last_pass_overrun": len(clean),
@@ -83,16 +88,35 @@ def check_run(run_dir: Path, *, details: bool) -> dict[str, Any]:
             "mismatches": [r for r in rows if r not in exact],
         }
         if details:
-            summary["rows"] = rows
-        out["variants"][variant.name] = summary
+            counts["rows"] = rows
+        out["variants"][variant.name] = counts
     return out
+
+
+def summary_figures(report: list[dict[str, Any]]) -> dict[str, Any]:
+    """Per run and variant: requests whose simulated counts equal the server's, and the drafted and accepted
+    totals of both."""
+    return {
+        "runs": [
+            {
+                "run": run.get("run"),
+                "workload": run.get("workload"),
+                "variants": {
+                    name: {k: v for k, v in counts.items() if k not in ("rows", "mismatches")}
+                    for name, counts in run["variants"].items()
+                },
+            }
+            for run in report
+        ]
+    }
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("runs", nargs="+", type=Path, help="optimize --engine vllm run directories")
-    parser.add_argument("--out", type=Path, default=None, help="write the comparison as JSON here")
+    parser.add_argument("--out", type=Path, default=None, help="the comparison (default: OUT_DIR/report.json)")
     parser.add_argument("--details", action="store_true", help="every record, not only the mismatches")
+    summary.add_output_options(parser, __file__)
     args = parser.parse_args()
     report = [check_run(run, details=args.details) for run in args.runs]
     for run in report:
@@ -104,8 +128,9 @@ def main() -> None:
                 f"{s['sim_accepted_total']} vs {s['server_accepted_total']}; streamed chunks = simulated passes "
                 f"in {s['streamed_chunks_equal_sim_passes']}/{s['records']}"
             )
-    if args.out:
-        args.out.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+    out = args.out or summary.out_dir(args) / "report.json"
+    out.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+    summary.write_summary(args, summary_figures(report))
     sys.exit(0)
 
 

@@ -11,9 +11,12 @@ First it measures what the idle server costs the timed one (both servers share t
 baseline's batch-1 pass alone, with a candidate's server up and idle, and alone again (A B A).
 
     .venv/bin/python benchmarks/vllm_paired_baseline.py [--workload summarize] [--requests 8 | --ids ID ...]
-        [--max-tokens 64] [--variants vllm_ngram-m1-n4-k4 vllm_ngram-m1-n3-k4] [--launches 2] [--repeats 2] [--out FILE]
+        [--max-tokens 64] [--variants vllm_ngram-m1-n4-k4 vllm_ngram-m1-n3-k4] [--launches 2] [--repeats 2]
+        [--out-dir DIR] [--keep]
 
-Needs `runinfra-opt engine install vllm`. Writes every pass as it finishes (JSON, atomically) and a summary.
+Needs `runinfra-opt engine install vllm`. Writes every pass as it finishes to `--out-dir`/passes.json (JSON,
+atomically), the servers' logs to `--out-dir`/logs, and the figures to `--out-dir`/summary.json (`--keep`:
+benchmarks/results/vllm_paired_baseline.json).
 """
 
 from __future__ import annotations
@@ -22,10 +25,13 @@ import argparse
 import json
 import os
 import statistics
-import tempfile
+import sys
 import time
 from pathlib import Path
 from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script: the repository's packages
+from benchmarks import summary  # noqa: E402
 
 
 def tokens_per_s(records: list[Any]) -> float:
@@ -46,8 +52,9 @@ def main() -> None:
     parser.add_argument("--variants", nargs="+", default=["vllm_ngram-m1-n4-k4", "vllm_ngram-m1-n3-k4"])
     parser.add_argument("--launches", type=int, default=2, help="launches of each candidate, alternating")
     parser.add_argument("--repeats", type=int, default=2, help="paired passes per launch")
-    parser.add_argument("--out", type=Path, default=Path("vllm_paired_baseline.json"))
+    summary.add_output_options(parser, __file__)
     args = parser.parse_args()
+    passes = summary.out_dir(args) / "passes.json"
 
     from runinfra_opt.engine.vllm.engine import open_engine
     from runinfra_opt.fsutil import atomic_write_text
@@ -58,14 +65,14 @@ def main() -> None:
     requests = load_workload(args.workload, default_max_tokens=args.max_tokens).requests
     requests = [r for r in requests if r.id in args.ids] if args.ids else requests[: args.requests]
     variants = [parse_variant_name(name) for name in args.variants]
-    logs = Path(tempfile.mkdtemp(prefix="paired-"))
+    logs = args.out_dir / "logs"
     base = open_engine("default", log_dir=logs / "baseline")  # keeps the baseline's server
     cand = open_engine("default", log_dir=logs / "candidates")  # one candidate server at a time
     out: dict[str, Any] = {"workload": args.workload, "requests": [r.id for r in requests],
                            "max_tokens": args.max_tokens, "load_average_start": os.getloadavg(), "passes": []}
 
     def save() -> None:
-        atomic_write_text(args.out, json.dumps(out, indent=1) + "\n")
+        atomic_write_text(passes, json.dumps(out, indent=1) + "\n")
 
     def one_pass(engine: Any, variant: Any, tag: str, repeat: int) -> list[Any]:
         return [engine.generate(r, variant, max_tokens=args.max_tokens, repeat=repeat) for r in requests]
@@ -106,14 +113,14 @@ def main() -> None:
     finally:
         cand.close()
         base.close()
-    summary = {}
+    by_variant = {}
     for variant in variants:
         rows = [p for p in out["passes"] if p.get("variant") == variant.name]
         per_launch_raw = [statistics.median(p["candidate_tokens_per_s"] for p in rows if p["launch"] == i)
                           for i in range(args.launches)]
         per_launch_speedup = [statistics.median(p["speedup"] for p in rows if p["launch"] == i)
                               for i in range(args.launches)]
-        summary[variant.name] = {
+        by_variant[variant.name] = {
             "raw_tokens_per_s_by_launch": per_launch_raw, "raw_spread": spread(per_launch_raw),
             "speedup_by_launch": per_launch_speedup, "speedup_spread": spread(per_launch_speedup),
             "raw_spread_all_passes": spread([p["candidate_tokens_per_s"] for p in rows]),
@@ -121,9 +128,24 @@ def main() -> None:
         }
         print(f"{variant.name}: raw by launch {per_launch_raw} (spread {spread(per_launch_raw):.1%}), speedup by "
               f"launch {per_launch_speedup} (spread {spread(per_launch_speedup):.1%})")
-    out["summary"] = summary
+    out["summary"] = by_variant
     out["load_average_end"] = os.getloadavg()
     save()
+    summary.write_summary(args, summary_figures(out))
+
+
+def summary_figures(out: dict[str, Any]) -> dict[str, Any]:
+    """The idle server's draw (the baseline's tokens/s alone, beside an idle server, alone again) and, per
+    candidate, the raw tokens/s and the paired speed-up by launch with their spreads."""
+    return {
+        "workload": out["workload"],
+        "requests": len(out["requests"]),
+        "max_tokens": out["max_tokens"],
+        "idle_draw_baseline_tokens_per_s": {
+            p["label"]: round(p["baseline_tokens_per_s"], 2) for p in out["passes"] if p["kind"] == "idle-draw"
+        },
+        "by_variant": out["summary"],
+    }
 
 
 if __name__ == "__main__":

@@ -11,10 +11,12 @@
    streamed chunks) with the table at the step's batch size and tokens per sequence (each sequence's proposal + 1,
    from `methods.vllm_ngram.simulate` over the server's own output ids).
 
-    .venv/bin/python benchmarks/vllm_step_costs.py --ngram --out benchmarks/results/vllm_step_costs-DATE.json
+    .venv/bin/python benchmarks/vllm_step_costs.py --ngram [--out-dir DIR] [--keep]
     .venv/bin/python benchmarks/vllm_step_costs.py --fake    # against the stand-in server (tests/fake_vllm)
 
-Needs `runinfra-opt engine install vllm` (or `--fake`). Runs one server at a time and stops it.
+Needs `runinfra-opt engine install vllm` (or `--fake`). Runs one server at a time and stops it. Everything
+measured goes to `--out-dir`/report.json (after every phase), the servers' logs to `--out-dir`/logs, the figures
+(`summary_figures`) to `--out-dir`/summary.json (`--keep`: benchmarks/results/vllm_step_costs.json).
 """
 
 from __future__ import annotations
@@ -27,11 +29,12 @@ import platform
 import random
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script: the repository's packages
+from benchmarks import summary  # noqa: E402
 from runinfra_opt.engine.vllm.client import CompletionRequest, OpenAIClient, RequestResult
 from runinfra_opt.engine.vllm.server import ServeSettings, VllmServer
 from runinfra_opt.engine.vllm.stepcost import StepCostGrid, StepCostMeasurement, measure_async
@@ -287,10 +290,10 @@ async def ngram_check(
     after = await engine_itl(client)
     engine["concurrent"] = [after[0] - before[0], after[1] - before[1]]
     alone, batched = summarize_steps(alone_rows), summarize_steps(batched_rows)
-    for phase, summary in (("alone", alone), ("concurrent", batched)):
+    for phase, steps in (("alone", alone), ("concurrent", batched)):
         # vLLM's own inter-token latency (engine clock) against the client's gaps: is a slow step the engine's?
-        summary["engine_itl_mean_s"] = engine[phase][0] / engine[phase][1] if engine[phase][1] else None
-        summary["client_gap_mean_s"] = statistics.mean(gaps[phase]) if gaps[phase] else None
+        steps["engine_itl_mean_s"] = engine[phase][0] / engine[phase][1] if engine[phase][1] else None
+        steps["client_gap_mean_s"] = statistics.mean(gaps[phase]) if gaps[phase] else None
     print(f"  n-gram k={k} alone: measured/table {alone['ratio_measured_to_table']:.3f} over {alone['steps']} steps; "
           f"by cell {alone['median_ratio_by_cell']}")  # fmt: skip
     print(
@@ -381,10 +384,10 @@ def load_run_check(run_dir: Path, table: StepCostTable) -> dict[str, Any]:
             for step, (proposed, gap) in enumerate(zip(sim.proposed_per_pass, gaps, strict=True)):
                 rows.append({"step": step + 1, "batch": 1, "tokens_per_seq": proposed + 1, "measured_s": gap,
                              "table_s": table.step_s(1, proposed + 1), "context": len(prompt) + step})  # fmt: skip
-        summary = summarize_steps(rows)
-        out[variant["name"]] = {**summary, "requests_left_out": skipped}
-        print(f"  load run {variant['name']} at concurrency 1: measured/table {summary['ratio_measured_to_table']:.3f}"
-              f" over {summary['steps']} steps ({skipped} requests left out)", flush=True)  # fmt: skip
+        steps = summarize_steps(rows)
+        out[variant["name"]] = {**steps, "requests_left_out": skipped}
+        print(f"  load run {variant['name']} at concurrency 1: measured/table {steps['ratio_measured_to_table']:.3f}"
+              f" over {steps['steps']} steps ({skipped} requests left out)", flush=True)  # fmt: skip
     return out
 
 
@@ -415,8 +418,9 @@ def main() -> None:
     parser.add_argument(
         "--load-run", type=Path, default=None, help="also compare an optimize --load run's n-gram steps"
     )
-    parser.add_argument("--out", type=Path, default=None)
+    summary.add_output_options(parser, __file__)
     args = parser.parse_args()
+    raw = summary.out_dir(args) / "report.json"
 
     if args.fake:
         os.environ.update({"PYTHONPATH": str(REPO / "tests" / "fake_vllm"), "FAKE_VLLM_STEP": "table"})
@@ -428,7 +432,7 @@ def main() -> None:
         python, model = resolve_environment().python, str(ensure_converted(resolve_model("default")))
         vocab = int(json.loads((Path(model) / "config.json").read_text())["vocab_size"])
     settings = ServeSettings(model, max_model_len=MAX_MODEL_LEN)
-    logs = Path(tempfile.mkdtemp(prefix="vllm-step-costs-"))
+    logs = args.out_dir / "logs"
     report: dict[str, Any] = {
         "date_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "server": "stand-in (tests/fake_vllm, FAKE_VLLM_STEP=table)" if args.fake else "vLLM 0.32 CPU, SmolLM2 bf16",
@@ -477,9 +481,7 @@ def main() -> None:
     report["decode_check"] = decode
 
     def save() -> None:  # after every phase: a later one that fails keeps what was measured
-        if args.out:
-            args.out.parent.mkdir(parents=True, exist_ok=True)
-            args.out.write_text(json.dumps(report, indent=1) + "\n")
+        raw.write_text(json.dumps(report, indent=1) + "\n")
 
     save()
 
@@ -504,8 +506,50 @@ def main() -> None:
     report["load_average_after"] = load_average()
     report["server_logs"] = str(logs)
     save()
-    if args.out:
-        print(f"raw: {args.out}")
+    print(f"raw: {raw}")
+    summary.write_summary(args, summary_figures(report))
+
+
+def _by_cell(steps: dict[str, Any]) -> dict[str, list[float]]:
+    """Measured over table per cell (`b<batch>-t<tokens>`): the median ratio and how many steps."""
+    return {cell: [round(ratio, 3), count] for cell, (ratio, count) in steps.get("median_ratio_by_cell", {}).items()}
+
+
+def summary_figures(report: dict[str, Any]) -> dict[str, Any]:
+    """The figures the benchmark reports: the median table, plain decoding against the table's tokens=1 column,
+    the logits' cost per extra position, and the n-gram server's (and a load run's) measured steps over the
+    table's."""
+    table = report.get("table") or report["measurement"]["table"]
+    figures: dict[str, Any] = {
+        "server": report.get("server"),
+        "baseline_startup_s": report.get("baseline_startup_s"),
+        "table_ms": {
+            "batch_sizes": table["batch_sizes"],
+            "tokens": table["tokens"],
+            "step": [[round(s * 1000, 1) for s in row] for row in table["seconds"]],
+            "prefill": [[n, round(s * 1000, 1)] for n, s in table["prefill"]],
+        },
+        "decode_table_over_itl": [
+            {"batch": d["batch"], "context": d.get("context"), "ratio": round(d["ratio_table_to_itl"], 3)}
+            for d in report.get("decode_check", []) if d.get("ratio_table_to_itl") is not None
+        ],
+        "logits_per_extra_position_ms": [
+            [d["prompt_tokens"], round(d["per_extra_position_s"] * 1000, 3)] for d in report.get("logits_check", [])
+        ],
+    }  # fmt: skip
+    if (ngram := report.get("ngram_check")) is not None:
+        figures["ngram_measured_over_table"] = {
+            phase: {"steps": ngram[phase]["steps"], "ratio": round(ngram[phase]["ratio_measured_to_table"], 3),
+                    "median_ratio_by_cell": _by_cell(ngram[phase])}
+            for phase in ("alone", "concurrent") if phase in ngram
+        }  # fmt: skip
+    if (load := report.get("load_run_check")) is not None:
+        figures["load_run_measured_over_table"] = {
+            name: {"steps": v["steps"], "ratio": round(v["ratio_measured_to_table"], 3),
+                   "median_ratio_by_cell": _by_cell(v)}
+            for name, v in load.items() if isinstance(v, dict) and "ratio_measured_to_table" in v
+        }  # fmt: skip
+    return figures
 
 
 if __name__ == "__main__":

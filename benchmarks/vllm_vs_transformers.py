@@ -8,9 +8,11 @@ json, summarize), its category set to the workload's name, so that one `optimize
 every workload on the same servers (a vLLM launch takes ~2 minutes on 2 CPU cores; one launch per variant,
 not per variant and workload). Per-workload figures are the runs' per-category results.
 
-    .venv/bin/python benchmarks/vllm_vs_transformers.py --out benchmarks/results/vllm_vs_transformers.json
+    .venv/bin/python benchmarks/vllm_vs_transformers.py [--out-dir DIR] [--keep]
 
-Needs `runinfra-opt engine install vllm`. Run it alone on the machine: both runs are timing runs.
+Needs `runinfra-opt engine install vllm`. Run it alone on the machine: both runs are timing runs. The runs go
+to `--out-dir` (one run directory per engine, report.json), the figures (`summary_figures`) to
+`--out-dir`/summary.json (`--keep`: benchmarks/results/vllm_vs_transformers.json).
 """
 
 from __future__ import annotations
@@ -19,11 +21,12 @@ import argparse
 import json
 import os
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script: the repository's packages
+from benchmarks import summary  # noqa: E402
 from runinfra_opt.optimize.config import OptimizeConfig
 from runinfra_opt.optimize.pipeline import run_optimize
 from runinfra_opt.results import RunResults
@@ -49,7 +52,7 @@ def per_category(results: RunResults) -> dict[str, dict[str, Any]]:
     out: dict[str, dict[str, Any]] = {}
     baseline = results.variant("baseline")
     assert baseline is not None
-    for category, summary in baseline.per_category.items():
+    for category, base in baseline.per_category.items():
         best: dict[str, Any] | None = None
         for vr in results.variants:
             if vr.name == "baseline" or vr.disqualified or vr.failed or category not in vr.per_category:
@@ -60,7 +63,7 @@ def per_category(results: RunResults) -> dict[str, dict[str, Any]]:
             if best is None or speedup.value > best["speedup"]:
                 best = {"variant": vr.name, "speedup": speedup.value, "low": speedup.low, "high": speedup.high,
                         "acceptance": vr.per_category[category].acceptance_rate}  # fmt: skip
-        out[category] = {"baseline_tokens_per_s": summary.tokens_per_s, "best": best}
+        out[category] = {"baseline_tokens_per_s": base.tokens_per_s, "best": best}
     return out
 
 
@@ -94,13 +97,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--lookahead", type=int, nargs="+", default=[4], help="vLLM n-gram k values")
     parser.add_argument("--vllm-dtype", default="auto", help="vLLM engine dtype (auto = bfloat16)")
     parser.add_argument("--engines", nargs="+", default=["vllm", "transformers"])
-    parser.add_argument("--out", type=Path, default=None)
+    summary.add_output_options(parser, __file__)
     args = parser.parse_args(argv)
 
-    root = Path(tempfile.mkdtemp(prefix="vllm-vs-hf-"))
+    root = summary.out_dir(args)
     workload = root / "combined.jsonl"
     combined_workload(workload, args.per_workload)
-    report: dict[str, Any] = {"args": {k: v for k, v in vars(args).items() if k != "out"}, "engines": {}}
+    report: dict[str, Any] = {"args": {k: str(v) for k, v in vars(args).items()}, "engines": {}}
     for engine in args.engines:
         load_before = os.getloadavg()
         results, wall = run(engine, workload, root, args)
@@ -131,11 +134,23 @@ def main(argv: list[str] | None = None) -> int:
                      if best else "-")  # fmt: skip
             cells.append(f"{row.get('baseline_tokens_per_s', 0):>18.1f} {shown:>44}")
         print(f"{category:<10} " + "  ".join(cells))
-    if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(report, indent=2, default=str) + "\n")
-        print(f"written {args.out}")
+    (root / "report.json").write_text(json.dumps(report, indent=2, default=str) + "\n")
+    print(f"written {root / 'report.json'}")
+    summary.write_summary(args, summary_figures(report), argv)
     return 0
+
+
+def summary_figures(report: dict[str, Any]) -> dict[str, Any]:
+    """Per engine: its wall time, its winner and gain, and per workload its baseline tokens/s and best variant."""
+    return {
+        engine: {
+            "wall_s": entry.get("wall_s"),
+            "winner": entry.get("winner"),
+            "gain": entry.get("gain"),
+            "per_workload": entry.get("per_workload"),
+        }
+        for engine, entry in report["engines"].items()
+    }
 
 
 if __name__ == "__main__":

@@ -81,7 +81,7 @@ def test_replay_and_the_predictive_only_benchmark_on_a_recorded_exhaustive_run(
     argv = ["predictor_accuracy.py", "--engine", "vllm", "--vllm-python", fake_vllm, "--workloads", str(workload),
             "--target", str(tiny_models[0]), "--exhaustive-of", str(recorded), "--requests", "8",
             "--max-tokens", "12", "--repeats", "1", "--h2h-repeats", "0", "--load", "none",
-            "--out", str(out), "--raw-dir", str(tmp_path / "raw")]  # fmt: skip
+            "--out", str(out), "--raw-dir", str(tmp_path / "raw"), "--out-dir", str(tmp_path / "out")]  # fmt: skip
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(sys, "argv", argv)
         mp.setattr(

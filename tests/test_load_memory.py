@@ -81,11 +81,11 @@ REPLAY_CHUNKS = 16
 """Streamed chunks per synthetic request (the benchmark's default, 64, costs the client more per request: on a busy
 machine it falls behind a 4,000 requests/s schedule and requests pile up in flight, which is not what is tested)."""
 REPLAY_GROWTH_LIMIT_MB = 50
-"""Measured here (`benchmarks/replay_memory.py --chunks 16`, 2026-12-01, load average about 4-5): a replay of
-100,000 requests with its records streamed peaks 14.6 MB above one of 1,000 (49 -> 64 MB: the ids the streamed
-workload keeps to reject duplicates, the send lags); with its records kept, 210.5 MB above (51 -> 262 MB), which
-this limit rejects. With 64 chunks a request: +23.8 MB streamed (the client fell behind, 3,556 in flight) and
-+492 MB kept (`benchmarks/results/replay_memory-2026-12-01.json`)."""
+"""Measured here (`benchmarks/replay_memory.py --chunks 16`, load average about 4-5;
+`benchmarks/results/replay_memory.json`): a replay of 100,000 requests with its records streamed peaks 14.6 MB
+above one of 1,000 (49 -> 64 MB: the ids the streamed workload keeps to reject duplicates, the send lags); with
+its records kept, 210.5 MB above (51 -> 262 MB), which this limit rejects. With 64 chunks a request: +23.8 MB
+streamed (the client fell behind, 3,556 in flight) and +492 MB kept (docs/measurements.md)."""
 
 
 @pytest.mark.quiet

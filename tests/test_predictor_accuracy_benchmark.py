@@ -14,6 +14,8 @@ import pytest
 from benchmarks import predictor_accuracy
 from runinfra_opt.results import load_results
 
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
+
 WORKLOAD = [
     {"id": "echo-1", "category": "echo", "prompt": "abc abc abc abc abc abc", "max_tokens": 12},
     {"id": "echo-2", "category": "echo", "prompt": "hello hello hello", "max_tokens": 12},
@@ -39,6 +41,7 @@ def test_benchmark_runs_both_strategies_and_the_head_to_head(
         "--exit-layers", "2",
         "--out", str(out),
         "--raw-dir", str(raw),
+        "--out-dir", str(tmp_path / "out"),
     ]  # fmt: skip
     monkeypatch.setattr(sys, "argv", argv)
     assert predictor_accuracy.main() == 0
@@ -53,6 +56,9 @@ def test_benchmark_runs_both_strategies_and_the_head_to_head(
     assert entry["head_to_head"]["ratio"]["low"] <= entry["head_to_head"]["ratio"]["value"]
     assert (raw / "tiny-predictive" / "results.json").is_file()
     assert (raw / "tiny-exhaustive" / "results.json").is_file()
+    kept = json.loads((tmp_path / "out" / "summary.json").read_text())
+    assert kept["benchmark"] == "benchmarks/predictor_accuracy.py"
+    assert kept["figures"]["workloads"][str(workload)]["wall_time_ratio"] == entry["wall_time_ratio"]
 
     # Two different winners are timed against each other on the same requests, interleaved and paired.
     predictive = load_results(raw / "tiny-predictive" / "results.json")
@@ -132,7 +138,7 @@ def test_serving_head_to_head_alternates_fresh_launches(
     out = tmp_path / "h2h.json"
     argv = ["predictor_accuracy.py", "--engine", "vllm", "--vllm-python", fake_vllm, "--workloads", str(workload),
             "--target", str(tiny_models[0]), "--h2h-of", str(recorded), "--out", str(out),
-            "--raw-dir", str(tmp_path / "raw2")]  # fmt: skip
+            "--raw-dir", str(tmp_path / "raw2"), "--out-dir", str(tmp_path / "out2")]  # fmt: skip
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(sys, "argv", argv)
         assert predictor_accuracy.main() == 0
@@ -143,8 +149,9 @@ def test_serving_head_to_head_alternates_fresh_launches(
 
 def test_launch_order_drift_reads_the_recorded_runs() -> None:
     """The drift figure on two recorded exhaustive vLLM runs: 2026-12-04f, on a host that sped up 25% during the
-    pair (the late variants measured 1.21-1.24 of their prediction), and 2026-12-04e, on a steady one."""
-    results = Path(__file__).resolve().parent.parent / "benchmarks" / "results"
+    pair (the late variants measured 1.21-1.24 of their prediction), and 2026-12-04e, on a steady one. The runs
+    are fixtures cut down from the recorded ones to what these functions read (tests/fixtures/README.md)."""
+    results = FIXTURES
     fast = predictor_accuracy.launch_order_drift(
         load_results(results / "predictor_accuracy-vllm-2026-12-04f" / "summarize-exhaustive" / "results.json")
     )
@@ -160,7 +167,7 @@ def test_launch_order_drift_reads_the_recorded_runs() -> None:
     assert steady["kendall_tau"] < 0.25
     assert abs(steady["second_half_median"] - steady["first_half_median"]) < 0.02
 
-    # The entry the benchmark wrote for 2026-12-04f comes back from the raw run directories it kept, drift included.
+    # The entry the benchmark wrote for 2026-12-04f (the figures checked here) comes back from its run directories.
     recorded = json.loads((results / "predictor_accuracy-vllm-2026-12-04f.json").read_text())["workloads"]["summarize"]
     raw = results / "predictor_accuracy-vllm-2026-12-04f"
     entry = predictor_accuracy.serving_entry(
