@@ -22,7 +22,7 @@ from runinfra_opt.workload.model import Request
 
 LATE_S = 0.010
 """A send more than this behind its planned time counts as late; a run whose p99 send lag exceeds it is
-flagged (the target of `benchmarks/replay_fidelity.py`)."""
+flagged (what `benchmarks/replay_fidelity.py` checks: `benchmarks/results/replay_fidelity.json`)."""
 
 
 class StreamedResult(Protocol):

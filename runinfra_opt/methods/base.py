@@ -273,3 +273,24 @@ def vllm_speculative(config: dict[str, Any], note: str) -> dict[str, Any]:
         "args": ["--speculative-config", json.dumps(config, separators=(",", ":"))],
         "note": note,
     }
+
+
+def sglang_chain(algorithm: str, draft_path: str, lookahead: int, note: str) -> dict[str, Any]:
+    """The manifest's SGLang block for a drafter run as a chain (top-k 1) of `lookahead` steps, `lookahead` + 1
+    tokens verified per step: the shape the drafter was measured in."""
+    return {
+        "supported": True,
+        "args": [
+            "--speculative-algorithm",
+            algorithm,
+            "--speculative-draft-model-path",
+            draft_path,
+            "--speculative-num-steps",
+            str(lookahead),
+            "--speculative-eagle-topk",
+            "1",
+            "--speculative-num-draft-tokens",
+            str(lookahead + 1),
+        ],  # fmt: skip
+        "note": note,
+    }

@@ -30,8 +30,8 @@ from runinfra_opt.methods.variant import Variant
 VLLM_NGRAM_LOOKAHEADS = (2, 4, 8)
 VLLM_NGRAM_WINDOWS = ((1, 3), (2, 4))
 """(prompt_lookup_min, prompt_lookup_max) pairs of the default space: vLLM's own example window and a stricter
-one (a 1-token match proposes often and wrongly on prose). 6 variants: on vLLM each is one server launch
-(~2 minutes on 2 CPU cores), so the default space is kept small."""
+one (a 1-token match proposes often and wrongly on prose). 6 variants: on vLLM each is one server launch,
+the slowest step of a run, so the default space is kept small."""
 
 
 def propose(
