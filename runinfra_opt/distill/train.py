@@ -1,16 +1,9 @@
 """The draft's architecture, its initialisation from the target, and the distillation loop.
 
-The draft is a standard `LlamaForCausalLM` with the target's vocabulary, few layers and a narrow hidden
-width: at batch 1 its cost is dominated by the tied vocabulary projection (vocab x hidden), so width is what
-makes a draft cheap. Its embedding (and tied head) starts as the target's embedding matrix projected onto
-its top `hidden` principal directions, so the draft starts with the target's token geometry.
-
-Training minimises, per position, the cross-entropy to the teacher's top-k distribution (soft labels,
-renormalised over the k kept logits; equal to the KL divergence up to a constant) plus the cross-entropy to
-the teacher's greedy token, weighted to the continuation (prompt positions are sampled and down-weighted).
-Everything random derives from (seed, step), so a run is deterministic for a seed, and a run resumed from a
-checkpoint reaches the same weights as an uninterrupted one.
-"""
+A draft is a narrow, shallow `LlamaForCausalLM` with the target's vocabulary (at batch 1 its tied vocabulary
+projection dominates its cost, so width is what makes it cheap), its embedding started from the target's. It is
+trained on the teacher's top-k distribution and greedy token; everything random derives from (seed, step), so a
+resumed run reaches the same weights as an uninterrupted one."""
 
 from __future__ import annotations
 

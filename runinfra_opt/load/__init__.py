@@ -1,23 +1,9 @@
-"""Load generation for a serving engine: load models, streamed schedules, a runner that keeps the schedule, and
-serving metrics per load level.
+"""Load generation for a serving engine: load levels parsed from `--load` (`spec`), the planned send times
+(`schedule`), a runner that keeps them and records each request (`runner`), the raw records on disk (`store`),
+and serving metrics per level (`metrics`).
 
-- `spec`: `parse_load("replay+concurrency:1,4")` -> load levels (`Replay`, `Concurrency`, `Rate`).
-- `schedule`: `plan(level, requests)` -> the planned send time of every request, lazily (`summarize` counts it).
-- `runner`: `await run_level(level, schedule, send)` -> a `LevelRun` of raw per-request `LoadRecord`s with their
-  planned and actual send times; notes when the client fell behind. `sink=RecordWriter(path)` and
-  `keep_records=False` stream the records to a file instead of keeping them (`store`: `read_run(path, lazy=True)`).
-- `metrics`: `level_metrics(runs, slo_ttft_ms=..., slo_tpot_ms=...)` -> `LevelMetrics` over the measured window;
-  `throughput_ratio(runs, baseline_runs)`: a variant's tokens/s over the baseline's at one level, paired.
-- `predict`: `predict_run(level, requests, table)` -> the `LevelRun` a continuous-batching server would give, from
-  each request's simulated passes (`RequestPasses`) and a step-cost table (`stepcost.StepCostTable`), without a
-  server; `calibrate(level, baseline, table, measured_runs)` fits per-level corrections on the baseline's run and
-  `predict_level(..., calibration=...)` applies them to a variant (raw and calibrated runs).
-- `overhead`: what a speculating server's steps cost beyond the table (`SpecOverhead`), fitted on the timed
-  speculative variants and held out of each one's own prediction (`fit`, `leave_one_out`).
-
-Library pieces for the HTTP serving engine (`runinfra_opt.engine.vllm`), which supplies `send` (its async
-client); nothing here imports an engine, numpy or pandas at module level.
-"""
+Library pieces for the HTTP serving engine, which supplies the async client; nothing here imports an engine,
+numpy or pandas at module level."""
 
 from runinfra_opt.load.metrics import (
     LevelMetrics,

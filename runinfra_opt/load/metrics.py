@@ -1,29 +1,9 @@
 """Serving metrics per load level, from the raw per-request records of one or more runs (repeats) of it.
 
-The measured window of a run excludes warm-up and drain: it starts at the send of the first request after the
-first `warmup_fraction` of sends and ends at the last send, after which fewer and fewer requests are in flight.
-A run too short for that (fewer than three requests, or a window shorter than the median request's end-to-end
-time, e.g. every request sent at once) is measured over its whole span instead, first send to last completion,
-and the metrics say so (`MeasuredWindow.steady`).
-
-- Output tokens/s: output tokens of successful requests streamed inside the windows (each chunk counted at its
-  arrival time, scaled to the server's `usage` count) over the windows' total length, with a 95% bootstrap
-  interval over requests x repeats (`runinfra_opt.stats.bootstrap_interval`). For the bootstrap each request
-  carries its tokens in the window and its share of the window's time: the time it was in flight inside the
-  window, scaled so that the shares add up to the window (`_window_shares`). A resample then varies both what
-  requests produced and how long they took (equal shares would leave only the token counts to vary, and with
-  every answer capped at the same length the interval collapses to a point).
-- Requests/s: successful requests completed inside the windows over their length.
-- TTFT, TPOT ((e2e - TTFT) / (tokens - 1)), ITL (gaps between output chunks) and e2e percentiles over the
-  successful requests sent inside the windows; the send lag over every request.
-- Goodput, with `slo_ttft_ms` and/or `slo_tpot_ms`: the share of requests sent inside the windows that succeeded
-  and met every SLO given (a request with fewer than two tokens meets any TPOT SLO and the bounds are inclusive,
-  as in `vllm bench serve`), with its bootstrap interval, and such requests completed per second of window.
-
-Every function here reads a run's records by iterating them a few times (a window pass, then a metrics pass), so
-a run read lazily from its file (`runinfra_opt.load.store.read_run(path, lazy=True)`) is measured without its
-records in memory: what is kept is a few numbers per request and every chunk gap (8 bytes each).
-"""
+Tokens/s, requests/s, TTFT, TPOT, ITL, end-to-end latency and goodput (the share of requests within every SLO),
+over each run's measured window (warm-up and drain left out, or the whole run when it is too short: see
+`MeasuredWindow`), with 95% bootstrap intervals over requests x repeats. Records are only iterated, so a run
+read lazily from its file (`store.read_run(path, lazy=True)`) is measured without holding it in memory."""
 
 from __future__ import annotations
 

@@ -1,23 +1,10 @@
 """Run one load level: send a schedule's requests on time through an async client and record what happened.
 
-The runner keeps the schedule: open-loop levels (replay, rate) send each request at its planned time whatever
-the server is doing (a slow server makes requests queue on the server, never delays the next send); a closed
-loop keeps N requests in flight. For every request it records the planned time, the moment the request's
-coroutine actually started (the send time) and the difference, the send lag: the client's own lateness.
-When the client falls behind (send lag p99 over `LATE_S`), the run says so in its notes, since then the load
-offered was lighter than planned and the measurement is the client's, not the server's.
-
-The client is anything that turns a request into a streamed result (`send`); the vLLM engine passes its
-`OpenAIClient.complete` (`runinfra_opt.engine.vllm.client`) with the request converted. An open-loop level
-needs a client whose connection pool does not cap the requests in flight (`OpenAIClient(max_connections=None)`):
-a capped pool would queue requests inside the client, after the send time recorded here.
-
-By default the records are kept in the returned `LevelRun` (about 5 KB of peak RSS a request with 64 streamed
-chunks, measured by benchmarks/replay_memory.py). A long run streams them instead: a `sink`
-(`runinfra_opt.load.store.RecordWriter`) receives each record as it completes and appends it to a file, and with
-`keep_records=False` the runner keeps only what the run's summary needs (the send lags in a compact array, the
-peak in flight), so its memory hardly grows with the run's length.
-"""
+Open-loop levels (replay, rate) send each request at its planned time whatever the server is doing; a closed loop
+keeps N requests in flight. Every record carries its planned and actual send time, and the run says so when the
+client fell behind (send lag p99 over `LATE_S`): the load offered was then lighter than planned. Records are kept
+in the returned `LevelRun`, or streamed to a `sink` so that memory hardly grows with the run's length
+(`benchmarks/results/replay_memory.json`)."""
 
 from __future__ import annotations
 
@@ -35,7 +22,7 @@ from runinfra_opt.workload.model import Request
 
 LATE_S = 0.010
 """A send more than this behind its planned time counts as late; a run whose p99 send lag exceeds it is
-flagged (the target of `benchmarks/replay_fidelity.py`)."""
+flagged (what `benchmarks/replay_fidelity.py` checks: `benchmarks/results/replay_fidelity.json`)."""
 
 
 class StreamedResult(Protocol):

@@ -1,18 +1,9 @@
 """Raw load records on disk: one JSON line per request, appended as requests complete, read back into a `LevelRun`.
 
-`optimize --engine vllm --load ...` keeps every level's raw records under `<run dir>/load/` so that the figures
-in `results.json` can be recomputed (paired ratios against the baseline, a resume) and nothing measured is lost
-when a run is interrupted.
-
-The format: a header line first (the level, when it started, the lateness threshold), then one line per record in
-completion order, then an end line (`{"end": {...}}`: the record count, the level's duration, its peak in
-flight and its notes). `write_run` writes a whole run at once, atomically; `RecordWriter` streams one as it is
-measured (`run_level(..., sink=writer)`), appending and flushing each record, so an interrupted level leaves its
-records on disk, without an end line. `read_run` reads both (and files from before the end line existed, whose
-header carried the duration), and refuses an unfinished file unless asked (`unfinished=True`); with `lazy=True`
-the records stay on disk and are parsed again each time they are iterated, which is how `level_metrics` measures
-a 100,000-request level without holding it in memory.
-"""
+`optimize --engine vllm --load ...` keeps every level's records under `<run dir>/load/`, so that the figures in
+results.json can be recomputed and nothing measured is lost when a run is interrupted. A file is a header line,
+one line per record in completion order, then an end line; `RecordWriter` streams a level as it is measured, and
+`read_run(path, lazy=True)` parses the records each time they are iterated instead of holding them."""
 
 from __future__ import annotations
 

@@ -19,10 +19,10 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from runinfra_opt.errors import UserInputError
+from runinfra_opt.methods.variant import Variant, draft_short_name
 
 if TYPE_CHECKING:  # pragma: no cover
     from runinfra_opt.methods.simulation import ExpectedSimResult, SimResult
-    from runinfra_opt.methods.variant import Variant
 
 
 @dataclass(frozen=True)
@@ -140,8 +140,6 @@ class SpecMethod:
             raise UserInputError(f"lookahead must be >= 1 for method {self.name}, got {variant.lookahead}")
 
     def variant_name(self, variant: Variant) -> str:
-        from runinfra_opt.methods.variant import draft_short_name
-
         return self.name_format.format(
             method=self.name,
             lookahead=variant.lookahead,
@@ -152,8 +150,6 @@ class SpecMethod:
 
     def parse_name(self, name: str, drafts: dict[str, str]) -> Variant | None:
         """The variant named `name` when it is one of this method's names, else None."""
-        from runinfra_opt.methods.variant import Variant
-
         m = _name_regex(self.name_format.replace("{method}", self.name)).fullmatch(name)
         if m is None:
             return None
@@ -169,8 +165,6 @@ class SpecMethod:
 
     def from_options(self, options: MethodOptions) -> Variant:
         """The variant `bench --method NAME ...` describes, with option-named errors."""
-        from runinfra_opt.methods.variant import Variant
-
         lookahead = require_lookahead(self.name, options)
         if options.draft is not None:
             raise UserInputError("--draft is only used with --method draft")
@@ -182,8 +176,6 @@ class SpecMethod:
 
     def space(self, spec: SpaceSpec) -> list[Variant]:
         """This method's part of `optimize`'s search space."""
-        from runinfra_opt.methods.variant import Variant
-
         return [Variant(self.name, lookahead=k) for k in spec.lookaheads or (2, 4, 8)]
 
     # ---- prediction ---------------------------------------------------------------------------------------
@@ -279,5 +271,26 @@ def vllm_speculative(config: dict[str, Any], note: str) -> dict[str, Any]:
         "supported": True,
         "speculativeConfig": config,
         "args": ["--speculative-config", json.dumps(config, separators=(",", ":"))],
+        "note": note,
+    }
+
+
+def sglang_chain(algorithm: str, draft_path: str, lookahead: int, note: str) -> dict[str, Any]:
+    """The manifest's SGLang block for a drafter run as a chain (top-k 1) of `lookahead` steps, `lookahead` + 1
+    tokens verified per step: the shape the drafter was measured in."""
+    return {
+        "supported": True,
+        "args": [
+            "--speculative-algorithm",
+            algorithm,
+            "--speculative-draft-model-path",
+            draft_path,
+            "--speculative-num-steps",
+            str(lookahead),
+            "--speculative-eagle-topk",
+            "1",
+            "--speculative-num-draft-tokens",
+            str(lookahead + 1),
+        ],  # fmt: skip
         "note": note,
     }

@@ -8,7 +8,14 @@ from typing import Any
 from runinfra_opt.errors import UserInputError
 from runinfra_opt.methods import registry
 from runinfra_opt.methods.assisted import AssistedMethod
-from runinfra_opt.methods.base import Drafter, MethodOptions, SpaceSpec, require_lookahead, vllm_speculative
+from runinfra_opt.methods.base import (
+    Drafter,
+    MethodOptions,
+    SpaceSpec,
+    require_lookahead,
+    sglang_chain,
+    vllm_speculative,
+)
 from runinfra_opt.methods.variant import Variant, draft_short_name
 
 DRAFT_LOOKAHEADS = (1, 2, 3, 4, 5, 6, 8, 10, 12, 16)
@@ -61,23 +68,8 @@ class DraftModel(AssistedMethod):
         return vllm_speculative(config, "Draft-model speculation; the draft must share the target's tokenizer.")
 
     def serving_sglang(self, variant: Variant, draft_path: str | None) -> dict[str, Any]:
-        k = variant.lookahead
-        return {
-            "supported": True,
-            "args": [
-                "--speculative-algorithm",
-                "STANDALONE",
-                "--speculative-draft-model-path",
-                str(draft_path),
-                "--speculative-num-steps",
-                str(k),
-                "--speculative-eagle-topk",
-                "1",
-                "--speculative-num-draft-tokens",
-                str(k + 1),
-            ],  # fmt: skip
-            "note": "A chain (top-k 1) of k draft steps, k + 1 tokens verified per step, as measured here.",
-        }
+        note = "A chain (top-k 1) of k draft steps, k + 1 tokens verified per step, as measured here."
+        return sglang_chain("STANDALONE", str(draft_path), variant.lookahead, note)
 
 
 METHOD = DraftModel()

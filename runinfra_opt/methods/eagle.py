@@ -23,6 +23,7 @@ from runinfra_opt.methods.base import (
     SpecMethod,
     TransformersSettings,
     require_lookahead,
+    sglang_chain,
     vllm_speculative,
 )
 from runinfra_opt.methods.variant import Variant, draft_short_name
@@ -127,23 +128,8 @@ class EagleHead(SpecMethod):
         return vllm_speculative(config, f"An {self.title} head (given by path), k = {variant.lookahead}.")
 
     def serving_sglang(self, variant: Variant, draft_path: str | None) -> dict[str, Any]:
-        k = variant.lookahead
-        return {
-            "supported": True,
-            "args": [
-                "--speculative-algorithm",
-                self.sglang_algorithm,
-                "--speculative-draft-model-path",
-                self.served_path(variant, draft_path),
-                "--speculative-num-steps",
-                str(k),
-                "--speculative-eagle-topk",
-                "1",
-                "--speculative-num-draft-tokens",
-                str(k + 1),
-            ],  # fmt: skip
-            "note": "A chain (top-k 1) of k head steps, k + 1 tokens verified per step, as vLLM runs it.",
-        }
+        note = "A chain (top-k 1) of k head steps, k + 1 tokens verified per step, as vLLM runs it."
+        return sglang_chain(self.sglang_algorithm, self.served_path(variant, draft_path), variant.lookahead, note)
 
 
 class Eagle(EagleHead):

@@ -1,20 +1,11 @@
 """Batch-size -> lookahead schedules: vLLM's `num_speculative_tokens_per_batch_size` as a variant option.
 
-A schedule is a list of inclusive batch-size ranges, each with the lookahead k vLLM drafts at those batch sizes:
-`[[1, 2, 8], [3, 8, 4], [9, 1024, 2]]`. A variant carries one as its option `schedule`, written
-`"1-2:8,3-8:4,9-1024:2"`; its `lookahead` is the largest k (vLLM's `num_speculative_tokens`, which sizes its
-buffers). In a variant's name it reads `sched_1-2k8_3-8k4_9-1024k2` (only letters, digits, `_` and `-`, so the
-name is also a file name as it is).
+A schedule is a list of inclusive batch-size ranges with the k drafted there (`[[1, 2, 8], [3, 8, 4], [9, 1024, 2]]`),
+written `"1-2:8,3-8:4,9-1024:2"` as the option `schedule` and `sched_1-2k8_3-8k4_9-1024k2` in a variant's name;
+the variant's lookahead is its largest k. It is checked by vLLM's rule (`vllm/v1/spec_decode/dynamic/utils.py`)
+and a little more strictly, so that one behaviour has one name.
 
-vLLM's rule (`vllm/v1/spec_decode/dynamic/utils.py`, vLLM 0.32): the ranges must be positive, each start <= its
-end, sorted and non-overlapping, the first starting at 1; k >= 0 (0 drafts nothing at those batch sizes). At run
-time the scheduler looks k up by the number of requests scheduled in the step, carries the previous k through a
-gap between ranges and the last k past the last range, and caps every k at `num_speculative_tokens`. Here a
-schedule is checked a little more strictly (every k <= the lookahead, the largest k == the lookahead, two
-neighbouring ranges with different k, at least two ranges), so that one behaviour has one name.
-
-Pure Python: nothing here imports torch.
-"""
+Pure Python: nothing here imports torch."""
 
 from __future__ import annotations
 

@@ -1,18 +1,11 @@
 """Offline simulation of speculative decoding: target and draft pass counts from one profiling pass.
 
-Under greedy decoding a drafted token is kept only if it equals the target's own next token, so the whole
-block process of assisted generation follows from the target's greedy output and, per output position,
-whether the draft's greedy prediction (given the target's prefix) agrees with it. The functions here replay
-transformers' (5.24) loop exactly on those facts, for any lookahead, without running a model:
+Under greedy decoding a drafted token is kept only if it equals the target's own next token, so assisted
+generation follows from the target's greedy output and, per position, whether the drafter agreed with it. The
+functions here replay transformers' loop on those facts for any lookahead without running a model
+(`simulate_draft`, `simulate_baseline`), and give expected counts for sampled requests (`expected_sampled`).
 
-- `simulate_draft`: `generate(assistant_model=...)` and `generate(assistant_early_exit=L)` (an early exit
-  at layer L drafts like a model made of the target's first L layers + final norm + lm_head), with
-  `num_assistant_tokens_schedule="constant"` and `assistant_confidence_threshold=0`.
-- `simulate_baseline`: plain greedy decoding (one target pass per token).
-- `expected_sampled`: expected counts for sampled requests from per-position acceptance probabilities.
-
-Pure Python; nothing here imports torch.
-"""
+Pure Python; nothing here imports torch."""
 
 from __future__ import annotations
 

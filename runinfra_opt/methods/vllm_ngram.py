@@ -1,23 +1,11 @@
-"""vLLM's n-gram speculation (method `vllm_ngram`): its proposal rule, a simulation of one greedy request, and
-the method as the registry sees it. Variants: `vllm_ngram-m<prompt_lookup_min>-n<prompt_lookup_max>-k<k>`, or
-with a batch-size -> k schedule instead of a fixed k (vLLM's `num_speculative_tokens_per_batch_size`, option
-`schedule`, see `methods.k_schedule`): `vllm_ngram-m1-n3-sched_1-2k8_3-8k4_9-1024k2` (lookahead: the largest k).
-It runs on the vLLM engine only (transformers' prompt lookup is method `ngram`, a different matching rule).
+"""vLLM's n-gram speculation (method `vllm_ngram`): its proposal rule, a simulation of one greedy request at
+batch 1, and the method as the registry sees it.
 
-The rule (`vllm/v1/spec_decode/ngram_proposer.py`, `_find_longest_matched_ngram_and_propose_tokens`, vLLM
-0.32): in the context (prompt + output so far), find the longest n-gram with n in [prompt_lookup_min,
-prompt_lookup_max] that ends the context and also occurs earlier (an occurrence ending before the last
-token); among occurrences of that length take the earliest; propose up to k tokens that follow it, cut at
-the end of the context and so that the context never exceeds max_model_len. vLLM finds it with a reversed
-KMP scan; this is the direct search, which returns the same tokens (tests compare the two on random
-sequences in vLLM's own environment).
-
-The simulation replays vLLM's schedule for one request at batch 1: the prefill pass yields the first output
-token; every later pass verifies the proposal made from the context so far (empty proposals included) and
-yields the accepted tokens plus one. vLLM proposes regardless of the request's remaining `max_tokens`, so on
-the request's last pass tokens past the known output may also be accepted: the simulation counts only
-those inside it, and says so (`last_pass_lower_bound`).
-"""
+The rule is vLLM's own (`_find_longest_matched_ngram_and_propose_tokens` in `vllm/v1/spec_decode/ngram_proposer.py`),
+written as a direct search that proposes the same tokens as vLLM's KMP scan; transformers' prompt lookup, a
+different rule, is method `ngram`, so this one runs on the vLLM engine only. Variants:
+`vllm_ngram-m<prompt_lookup_min>-n<prompt_lookup_max>-k<k>`, or with a batch-size -> k schedule instead of a
+fixed k (`methods.k_schedule`)."""
 
 from __future__ import annotations
 
@@ -42,8 +30,8 @@ from runinfra_opt.methods.variant import Variant
 VLLM_NGRAM_LOOKAHEADS = (2, 4, 8)
 VLLM_NGRAM_WINDOWS = ((1, 3), (2, 4))
 """(prompt_lookup_min, prompt_lookup_max) pairs of the default space: vLLM's own example window and a stricter
-one (a 1-token match proposes often and wrongly on prose). 6 variants: on vLLM each is one server launch
-(~2 minutes on 2 CPU cores), so the default space is kept small."""
+one (a 1-token match proposes often and wrongly on prose). 6 variants: on vLLM each is one server launch,
+the slowest step of a run, so the default space is kept small."""
 
 
 def propose(

@@ -138,8 +138,8 @@ def _time_paired(
     other server's may run slower, even after the engine's settling wait: the order alternates so that neither
     side always goes second). Every record carries the candidate's name as its trial, so its ratio to
     the baseline pairs only with the baseline's requests timed in the same minutes (`stats.paired`), as the Ray
-    executor's trials pair on a node: a machine that changes speed between candidates timed minutes apart (25%
-    within a run here) moves both sides of each pair alike."""
+    executor's trials pair on a node: a machine that changes speed between candidates timed minutes apart moves
+    both sides of each pair alike."""
     assert state.engine is not None
     engine = state.engine
     reference = state.baseline_records()
@@ -172,7 +172,7 @@ def _time_paired(
 def _adopt_baseline_pass(state: RunState, vr: VariantResult) -> None:
     """The baseline pass is the baseline's first timed repeat on an engine that times variant by variant: the same
     server, requests and `generate` (a fresh prefix-cache salt, the server warm), and nothing is interleaved with
-    it there that a repeat would be. Saves one pass over the requests (23-31 s a run on the CPU vLLM server here)."""
+    it there that a repeat would be. Saves one pass over the requests."""
     reference = state.baseline_records()
     if all(r.id in reference and reference[r.id].repeat == 0 for r in state.requests):
         vr.measured_requests.extend(reference[r.id] for r in state.requests)

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import html
 from collections import Counter
-from typing import Any
 
 from runinfra_opt.records import RequestRecord
-from runinfra_opt.report import text, view
+from runinfra_opt.report import load_html, text, view
+from runinfra_opt.report.html_blocks import empty_box, plot_box, table
 from runinfra_opt.report.view import VariantRow
 from runinfra_opt.results import RunResults, VariantResult
 
@@ -36,42 +36,6 @@ tr.winner td { font-weight: 600; background: #f3faf3; } tr.excluded td { color: 
 """
 
 
-def _table(columns: tuple[str, ...] | list[str], cells: list[list[str]], row_classes: list[str] | None = None,
-           numeric: frozenset[str] | None = None) -> str:
-    numeric = text.NUMERIC_COLUMNS if numeric is None else numeric
-    head = "".join(f'<th class="num">{html.escape(c)}</th>' if c in numeric else f"<th>{html.escape(c)}</th>"
-                   for c in columns)
-    body = []
-    for i, row in enumerate(cells):
-        cls = f' class="{row_classes[i]}"' if row_classes and row_classes[i] else ""
-        tds = "".join(
-            f'<td class="num">{html.escape(v)}</td>' if columns[j] in numeric else f"<td>{html.escape(v)}</td>"
-            for j, v in enumerate(row)
-        )
-        body.append(f"<tr{cls}>{tds}</tr>")
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
-
-
-def _figure_html(fig: Any, div_id: str, title: str, caption: str) -> str:
-    """A plot in its box: the title as a heading (plotly's own title would sit under its mode bar), then the
-    plot, then a caption saying how to read it."""
-    fig.update_layout(
-        template="plotly_white",
-        margin={"l": 60, "r": 20, "t": 30, "b": 40},
-        height=440,
-        legend={"orientation": "h", "yanchor": "top", "y": -0.18, "xanchor": "left", "x": 0, "font": {"size": 10}},
-    )
-    plot = fig.to_html(
-        full_html=False, include_plotlyjs=False, div_id=div_id, config={"displaylogo": False, "responsive": True}
-    )
-    return (f'<div class="plot-box"><h3>{html.escape(title)}</h3>{plot}'
-            f'<p class="caption">{html.escape(caption)}</p></div>')
-
-
-def _empty(title: str, why: str) -> str:
-    return f'<div class="plot-box"><h3>{html.escape(title)}</h3><p class="empty">{html.escape(why)}</p></div>'
-
-
 def _family_colors(rows: list[VariantRow]) -> dict[str, str]:
     families = sorted({r.family for r in rows if r.method != "baseline"})
     return {family: _PALETTE[i % len(_PALETTE)] for i, family in enumerate(families)}
@@ -85,7 +49,7 @@ def plot_lookahead(results: RunResults, rows: list[VariantRow]) -> str:
     title = "Tokens/s against lookahead"
     speculative = [r for r in rows if r.method != "baseline" and r.lookahead > 0]
     if not speculative:
-        return _empty(title, "No speculative variant in this run.")
+        return empty_box(title, "No speculative variant in this run.")
     fig = go.Figure()
     colors = _family_colors(rows)
     for family, color in colors.items():
@@ -126,8 +90,8 @@ def plot_lookahead(results: RunResults, rows: list[VariantRow]) -> str:
     lookaheads = sorted({r.lookahead for r in speculative})
     fig.update_layout(xaxis_title="lookahead (tokens drafted per target pass)",
                       yaxis_title="output tokens/s", xaxis={"tickmode": "array", "tickvals": lookaheads})
-    return _figure_html(fig, "plot-lookahead", title, "Dashed lines: predicted by the cost model for every lookahead; "
-                        "filled points: measured end to end, with their 95% interval.")
+    return plot_box(fig, "plot-lookahead", title, "Dashed lines: predicted by the cost model for every lookahead; "
+                    "filled points: measured end to end, with their 95% interval.")
 
 
 def _spotlight(results: RunResults, rows: list[VariantRow], limit: int) -> list[VariantResult]:
@@ -164,11 +128,11 @@ def plot_accepted(results: RunResults, rows: list[VariantRow]) -> str:
         fig.add_trace(go.Bar(x=xs, y=[counts.get(x, 0) / total for x in xs], name=f"{result.name} ({source})",
                              marker={"color": _PALETTE[i % len(_PALETTE)]}))
     if not fig.data:
-        return _empty(title, "No speculative variant with recorded target passes.")
+        return empty_box(title, "No speculative variant with recorded target passes.")
     fig.update_layout(barmode="group", xaxis_title="draft tokens accepted in one target pass",
                       yaxis_title="share of target passes", yaxis_tickformat=".0%", xaxis={"dtick": 1})
-    return _figure_html(fig, "plot-accepted", title, "Share of target verification passes that accepted 0, 1, 2, ... "
-                        "draft tokens (the winner and the fastest other variants).")
+    return plot_box(fig, "plot-accepted", title, "Share of target verification passes that accepted 0, 1, 2, ... "
+                    "draft tokens (the winner and the fastest other variants).")
 
 
 def plot_ttft(results: RunResults, rows: list[VariantRow]) -> str:
@@ -190,9 +154,9 @@ def plot_ttft(results: RunResults, rows: list[VariantRow]) -> str:
         fig.add_trace(go.Box(y=[r.ttft_s * 1000 for r in requests], name=f"{result.name} ({source})",
                              boxpoints="all", jitter=0.4, pointpos=0, marker={"color": _PALETTE[i]}))
     if not fig.data:
-        return _empty(title, "No per-request TTFT in this run.")
+        return empty_box(title, "No per-request TTFT in this run.")
     fig.update_layout(yaxis_title="TTFT (ms)", showlegend=False)
-    return _figure_html(fig, "plot-ttft", title, "One point per request and repeat; box: quartiles and median.")
+    return plot_box(fig, "plot-ttft", title, "One point per request and repeat; box: quartiles and median.")
 
 
 def plot_categories(results: RunResults) -> str:
@@ -206,7 +170,7 @@ def plot_categories(results: RunResults) -> str:
     if winner is not None and not categories:
         categories = sorted(winner.per_category)
     if not categories:
-        return _empty(title, "No per-category figures (no decision yet).")
+        return empty_box(title, "No per-category figures (no decision yet).")
     fig = go.Figure()
     if winner is not None and winner.name != "baseline":
         speedups = [winner.per_category[c].speedup if c in winner.per_category else None for c in categories]
@@ -223,8 +187,8 @@ def plot_categories(results: RunResults) -> str:
     fig.add_hline(y=1.0, line={"color": "#444", "dash": "dot"}, annotation_text="1.0x = baseline",
                   annotation_position="bottom right", annotation_font_size=10)
     fig.update_layout(barmode="group", yaxis_title="speedup (x baseline tokens/s)")
-    return _figure_html(fig, "plot-categories", title, "Measured tokens/s over the baseline's on each workload "
-                        "category; the label names the best variant for that category.")
+    return plot_box(fig, "plot-categories", title, "Measured tokens/s over the baseline's on each workload "
+                    "category; the label names the best variant for that category.")
 
 
 def render_html(results: RunResults) -> str:
@@ -253,7 +217,8 @@ def render_html(results: RunResults) -> str:
     parts.append("<h2>Variants</h2>")
     classes = ["winner" if r.status == "winner" else ("excluded" if r.status in ("ruled out", "disqualified")
                                                       else "") for r in rows]
-    parts.append(_table(text.VARIANT_COLUMNS, [text.variant_cells(r) for r in rows], classes))
+    parts.append(table(text.VARIANT_COLUMNS, [text.variant_cells(r) for r in rows], classes,
+                       numeric=text.NUMERIC_COLUMNS))
     parts.append(f'<p class="legend">{html.escape(text.legend(rows))}</p>')
     for title, columns, cells in (
         ("Per category", text.CATEGORY_COLUMNS, text.category_cells(results)),
@@ -261,16 +226,14 @@ def render_html(results: RunResults) -> str:
         (text.QUEUE_TITLE, text.QUEUE_COLUMNS, text.queue_cells(results)),
     ):
         if cells:
-            parts += [f"<h2>{html.escape(title)}</h2>", _table(columns, cells)]
+            parts += [f"<h2>{html.escape(title)}</h2>", table(columns, cells, numeric=text.NUMERIC_COLUMNS)]
     excluded = text.excluded_lines(rows)
     if excluded:
         parts.append("<h2>Excluded variants</h2><ul>")
         parts += [f"<li>{html.escape(line)}</li>" for line in excluded]
         parts.append("</ul>")
     if results.load is not None:
-        from runinfra_opt.report.load_html import html_section
-
-        parts.append(html_section(results))
+        parts.append(load_html.html_section(results))
     parts += [f"<p>Note: {html.escape(note)}</p>" for note in text.notes(results)]
     parts.append(f'<p class="meta">Environment: {html.escape(view.environment_line(results))}</p>')
     parts.append("</body></html>")

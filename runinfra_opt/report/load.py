@@ -17,6 +17,7 @@ from rich.table import Table
 from rich.text import Text
 
 from runinfra_opt.report import view
+from runinfra_opt.report.markdown import md_escape, md_table
 from runinfra_opt.results import Interval, LevelResult, RunResults, VariantResult
 
 TITLE = "Under load (measured on the serving engine)"
@@ -366,8 +367,6 @@ def render_section(results: RunResults, console: Console) -> None:
 
 def markdown_section(results: RunResults) -> list[str]:
     """The per-load section as markdown lines (none for a run without load)."""
-    from runinfra_opt.report.text import md_escape, md_table
-
     if results.load is None:
         return []
     out = [f"### {TITLE}", ""]

@@ -14,6 +14,7 @@ from rich.table import Table
 from rich.text import Text
 
 from runinfra_opt.report import load as load_view
+from runinfra_opt.report.markdown import md_escape, md_table
 from runinfra_opt.results import Interval, RunResults
 
 
@@ -178,8 +179,6 @@ def render_table(load: LoadComparison, console: Console, old_label: str, new_lab
 
 
 def render_markdown(load: LoadComparison, old_label: str, new_label: str) -> list[str]:
-    from runinfra_opt.report.text import md_escape, md_table
-
     out = []
     if load.variants:
         out += [f"### {TITLE}", ""] + md_table(COLUMNS, delta_cells(load), NUMERIC)

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from typing import Any
 
 from runinfra_opt.report import load as load_view
+from runinfra_opt.report.html_blocks import empty_box, plot_box, table
 from runinfra_opt.report.load import LoadRow
 from runinfra_opt.results import Crossover, Interval, RunResults
 
@@ -147,8 +148,6 @@ def _figure(
 
 
 def _plots(results: RunResults, rows: list[LoadRow]) -> list[str]:
-    from runinfra_opt.report.html import _empty, _figure_html
-
     levels = load_view.levels(results)
     closed = sorted({n for level in levels if (n := load_view.concurrency_of(level)) is not None})
     open_loop = [level for level in levels if load_view.concurrency_of(level) is None]
@@ -162,37 +161,35 @@ def _plots(results: RunResults, rows: list[LoadRow]) -> list[str]:
     if any(r.tokens_per_s is not None for r in rows):
         fig = _figure(results, rows, lambda r: r.tokens_per_s.value if r.tokens_per_s else None,
                       lambda r: r.tokens_per_s, {"title_text": "output tokens/s", "rangemode": "tozero"})
-        out.append(_figure_html(fig, "plot-load-throughput", title,
-                                f"{axes} Points: output tokens/s over each level's measured window, bars: its 95% "
-                                f"interval; the baseline dotted. {crossover_note}"))
+        out.append(plot_box(fig, "plot-load-throughput", title,
+                            f"{axes} Points: output tokens/s over each level's measured window, bars: its 95% "
+                            f"interval; the baseline dotted. {crossover_note}"))
     else:
-        out.append(_empty(title, "No output tokens/s measured under load yet."))
+        out.append(empty_box(title, "No output tokens/s measured under load yet."))
 
     title = "TTFT p95 against load"
     if any(r.ttft_p95_ms is not None for r in rows):
         fig = _figure(results, rows, lambda r: r.ttft_p95_ms, None,
                       {"title_text": "TTFT p95 (ms)", "rangemode": "tozero"})
-        out.append(_figure_html(fig, "plot-load-ttft", title,
-                                f"{axes} Points: the 95th percentile of time to first token over each level's "
-                                f"measured requests (a percentile: no interval). {crossover_note}"))
+        out.append(plot_box(fig, "plot-load-ttft", title,
+                            f"{axes} Points: the 95th percentile of time to first token over each level's "
+                            f"measured requests (a percentile: no interval). {crossover_note}"))
     else:
-        out.append(_empty(title, "No TTFT measured under load yet."))
+        out.append(empty_box(title, "No TTFT measured under load yet."))
 
     if load_view.has_goodput(results):
         title = "Goodput against load"
         slos = load_view.slo_text(results) or "the SLOs given"
         fig = _figure(results, rows, lambda r: r.goodput.value if r.goodput else None, lambda r: r.goodput,
                       {"title_text": "share of requests within the SLOs", "tickformat": ".0%", "range": [0, 1.05]})
-        out.append(_figure_html(fig, "plot-load-goodput", title,
-                                f"{axes} Points: the share of measured requests that succeeded within every SLO "
-                                f"({slos}), bars: its 95% interval. {crossover_note}"))
+        out.append(plot_box(fig, "plot-load-goodput", title,
+                            f"{axes} Points: the share of measured requests that succeeded within every SLO "
+                            f"({slos}), bars: its 95% interval. {crossover_note}"))
     return out
 
 
 def html_section(results: RunResults) -> str:
     """The per-load section of the HTML report ('' for a run without load)."""
-    from runinfra_opt.report.html import _table
-
     if results.load is None:
         return ""
     rows = load_view.load_rows(results)
@@ -205,14 +202,14 @@ def html_section(results: RunResults) -> str:
     parts.append("</div>")
     if rows:
         classes = ["winner" if r.winner else "" for r in rows]
-        parts.append(_table(load_view.columns(results), load_view.table_cells(results), classes,
-                            numeric=load_view.NUMERIC))
+        parts.append(table(load_view.columns(results), load_view.table_cells(results), classes,
+                           numeric=load_view.NUMERIC))
         legend = load_view.LEGEND + (" " + load_view.GOODPUT_LEGEND if load_view.has_goodput(results) else "")
         parts.append(f'<p class="legend">{html.escape(legend)}</p>')
     decisions = load_view.decision_cells(results)
     if decisions:
         parts += ["<h2>Winner per load level</h2>",
-                  _table(load_view.DECISION_COLUMNS, decisions, numeric=frozenset({"gain [95% CI]"}))]
+                  table(load_view.DECISION_COLUMNS, decisions, numeric=frozenset({"gain [95% CI]"}))]
     lines = [f"Crossover: {text}" for text in load_view.crossover_lines(results)]
     schedule = load_view.schedule_line(results)
     if schedule:

@@ -13,20 +13,13 @@ from rich.text import Text
 
 from runinfra_opt.methods import get_method, method_names
 from runinfra_opt.report import answer, load, view
-from runinfra_opt.report.text import variant_cells
+from runinfra_opt.report.text import TERMINAL_HEADERS, variant_cells
 from runinfra_opt.results import RunResults
 
 PREDICTED_ONLY_SHOWN = 5
-HEADERS = (
-    "variant",
-    "pred.\ntok/s",
-    "meas.\ntok/s",
-    "speedup\n[95% CI]",
-    "TTFT ms\np50/p95",
-    "accept",
-    "loss-\nless",
-    "status",
-)
+_LEFT_OUT = TERMINAL_HEADERS.index("acc.\n/pass")
+"""The report's column the summary leaves out, so that it keeps to 80 columns."""
+HEADERS = TERMINAL_HEADERS[:_LEFT_OUT] + TERMINAL_HEADERS[_LEFT_OUT + 1 :]
 SHORT_STATUS = {"predicted only": "predicted", "ruled out": "ruled out", "disqualified": "disqual."}
 
 
@@ -52,9 +45,9 @@ def summary_rows(results: RunResults) -> list[view.VariantRow]:
 
 
 def _cells(row: view.VariantRow) -> list[str]:
-    """The report's variant cells without acc./pass (the summary keeps to 80 columns), status shortened."""
+    """The report's variant cells without the column left out, status shortened."""
     cells = variant_cells(row, short_status=True)
-    del cells[6]
+    del cells[_LEFT_OUT]
     cells[-1] = SHORT_STATUS.get(row.status, row.status)
     return cells
 

@@ -9,6 +9,7 @@ from rich.table import Table
 from rich.text import Text
 
 from runinfra_opt.report import load, view
+from runinfra_opt.report.markdown import md_escape, md_table
 from runinfra_opt.report.view import VariantRow
 from runinfra_opt.results import RunResults
 
@@ -181,21 +182,6 @@ def _speculates(results: RunResults) -> bool:
     return results.decision is not None and results.decision.speculation
 
 
-def md_escape(text: str) -> str:
-    return text.replace("\\", "\\\\").replace("|", "\\|").replace("\n", " ")
-
-
-def md_table(
-    columns: tuple[str, ...] | list[str], cells: list[list[str]], numeric: frozenset[str] | None = None
-) -> list[str]:
-    """A GitHub-flavoured markdown table (the `numeric` columns right-aligned)."""
-    numeric = NUMERIC_COLUMNS if numeric is None else numeric
-    align = ["---:" if c in numeric else "---" for c in columns]
-    lines = ["| " + " | ".join(md_escape(c) for c in columns) + " |", "| " + " | ".join(align) + " |"]
-    lines += ["| " + " | ".join(md_escape(c) for c in row) + " |" for row in cells]
-    return lines
-
-
 def render_markdown(results: RunResults) -> str:
     """The run's report as GitHub-flavoured markdown. Predicted-only variants fold into a <details> block."""
     rows = view.variant_rows(results)
@@ -215,14 +201,14 @@ def render_markdown(results: RunResults) -> str:
     main = [r for r in rows if r.status != "predicted only"]
     predicted_only = [r for r in rows if r.status == "predicted only"]
     out += ["### Variants", ""]
-    out += md_table(VARIANT_COLUMNS, table_cells(main))
+    out += md_table(VARIANT_COLUMNS, table_cells(main), NUMERIC_COLUMNS)
     out += ["", f"_{legend(rows)}_", ""]
     if predicted_only:
         out += [
             f"<details><summary>{len(predicted_only)} more variant(s) predicted only (not timed)</summary>",
             "",
         ]
-        out += md_table(VARIANT_COLUMNS, table_cells(predicted_only))
+        out += md_table(VARIANT_COLUMNS, table_cells(predicted_only), NUMERIC_COLUMNS)
         out += ["", "</details>", ""]
 
     for title, columns, cells in (
@@ -231,7 +217,7 @@ def render_markdown(results: RunResults) -> str:
         (QUEUE_TITLE, QUEUE_COLUMNS, queue_cells(results)),
     ):
         if cells:
-            out += [f"### {title}", ""] + md_table(columns, cells) + [""]
+            out += [f"### {title}", ""] + md_table(columns, cells, NUMERIC_COLUMNS) + [""]
     out += load.markdown_section(results)
 
     excluded = excluded_lines(rows)

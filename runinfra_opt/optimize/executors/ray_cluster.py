@@ -1,19 +1,10 @@
 """The Ray executor: each confirmation trial (`trial.py`) is one Ray task with declared resources; the driver
 writes every trial to the run directory as it arrives and merges it into results.json.
 
-- Resources: `--trial-resources` (e.g. `num_cpus=4,num_gpus=1`), else one GPU (and one CPU) when the run is
-  on CUDA (`--device cuda`, or `auto` on a cluster with GPUs), else `--threads` CPUs (1 by default). Ray runs
-  at most as many trials at once as the cluster has room for.
-- Faults: a trial whose worker or node died (the process was killed, ran out of memory, the node left) is
-  submitted again, at most `--max-retries` times, each reason recorded; then it is reported as failed with its
-  reason and the other trials go on. An exception raised by the trial itself (a model that does not load on
-  that node) is not retried: it fails the trial at once, with the exception as its reason.
-- Ctrl-C or SIGTERM on the driver cancels every outstanding task (force: their worker processes are killed);
-  the run is recorded as interrupted (exit 130 or 143, `runinfra_opt.signals`).
-- Resume: trials with a file `done` are merged, not run again; failed ones run again.
-
-Ray is imported only here, inside functions (`pip install 'runinfra-opt[ray]'`).
-"""
+A trial whose worker or node died is submitted again, up to `--max-retries` times; one that raised is failed at
+once, with its reason, and the others go on. Ctrl-C or SIGTERM cancels every outstanding task; a resume merges
+the finished trials and runs the rest. Ray is imported only here, inside functions
+(`pip install 'runinfra-opt[ray]'`)."""
 
 from __future__ import annotations
 

@@ -1,14 +1,9 @@
 """Phase `profile`: what the predictor needs to simulate every variant, from one pass per drafting role.
 
-Reads `state.requests`, `state.engine` (its `PROFILE` capability), `state.space`, the baseline pass. One
-teacher-forced pass of each variant's drafter (every early-exit layer from one target pass) over prompt +
-baseline output: per request the agreement flags (greedy requests, `results.profile["agreement"]`) or the acceptance
-probabilities (sampled requests, `results.profile["acceptance"]`); then a short calibration run per speculative
-method at its smallest, middle and largest lookahead (`results.profile["calibration"]`: the generate loop's cost
-per round and per drafted token), for both strategies, so that
-the predictions an exhaustive run checks are those of the predictor `--strategy predictive` ships. Each role and
-each calibration run is saved as it finishes; a resume does only the rest.
-"""
+A teacher-forced pass of each drafter over prompt + baseline output gives, per request, the agreement flags
+(greedy) or acceptance probabilities (sampled); a short calibration run per speculative method fits the generate
+loop's cost per round and per drafted token, in both strategies, so that an exhaustive run checks the predictor
+`--strategy predictive` ships. Each piece is saved as it finishes; a resume does only the rest."""
 
 from __future__ import annotations
 
@@ -26,10 +21,8 @@ CALIBRATION_TOKENS = 48
 """Calibration runs stop after this many tokens: the per-round overhead does not need whole answers."""
 CALIBRATION_REPEATS = 1
 """Timed runs of each calibration variant on each calibration request, interleaved (every variant once per request
-and repeat; the fit takes the median run). 3 were tried on summarize (2026-12-02): the cost per drafted token came
-out 4.7 ms against 5.2-6.8 ms with one run, where the confirmation's measurements of the same requests show 1-2 ms,
-for three times the calibration time (the profile phase 331 s); so one. That difference was the day's noise: on a
-quiet machine capped, uncapped and reordered runs cost the same a pass to 2% (docs/how-it-works.md section 3)."""
+and repeat; the fit takes the median run). One: more runs multiply the calibration's time without bringing the
+fitted costs closer to what the confirmation measures."""
 
 
 def _sequences(state: RunState, requests: Sequence[Request]) -> list[tuple[list[int], list[int]]]:

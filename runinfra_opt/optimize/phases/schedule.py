@@ -1,16 +1,10 @@
 """Phase `schedule`: a batch-size -> lookahead schedule, measured as a variant of its own before it may be written.
 
-Runs only under load (`--load` with a serving engine). When the choice rule (`optimize.kschedule`) picks a
-different lookahead at different concurrency levels for one family of variants, the schedule built from those
-choices (vLLM's `num_speculative_tokens_per_batch_size`) becomes one more variant: timed at batch 1 against
-the baseline's outputs like any other, then served at every load level on its own server. Only if it then
-measures better than every fixed lookahead of its family at the levels it covers is it written
-(`results.load.schedule.written`) and allowed to win a level; otherwise it stays in the results as measured,
-with the reason. A schedule is never written on the strength of its parts (vLLM issue #49548: a dynamic-k
-schedule collapsed throughput at its threshold).
-
-The proposal is fixed in `results.load.schedule` before anything is timed, so a resume measures the same one.
-"""
+Under load, when the choice rule (`optimize.kschedule`) picks different lookaheads at different concurrencies for
+one family, the schedule built from those choices is timed and served like any variant, and written (allowed to
+win a level) only if it measures better than every fixed lookahead of its family at the levels it covers: never
+on the strength of its parts (vLLM issue #49548). It is fixed before anything is timed, so a resume measures
+the same one."""
 
 from __future__ import annotations
 
