@@ -11,7 +11,7 @@ lengths, scanning 1..N n-gram sizes without a match and returning 1..16 candidat
 (`measure_prompt_lookup_search`): its cost grows with the context and the n-gram sizes tried, and is the part of a
 round that differs between prompt-lookup variants. The fastest of a few runs after a warm-up (interference from other
 processes only ever adds time; the generate loop's typical overheads are fitted later from the measured
-baseline, see `costmodel.calibrate_overheads`); clocks read after a CUDA
+baseline, see `predict.batch1.calibrate_overheads`); clocks read after a CUDA
 synchronize. Verification is not free on a CPU and T(k) is not monotonic in k, so it is a measured table.
 
 Measured samples are cached per model under `cache_dir()/costmodels/<model hash>-<device>-<dtype>-t<threads>.json`
@@ -25,7 +25,6 @@ import functools
 import json
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +32,7 @@ from runinfra_opt.fsutil import atomic_write_text
 from runinfra_opt.locks import cache_lock
 from runinfra_opt.methods.base import CandidateSearch
 from runinfra_opt.models import cache_dir
+from runinfra_opt.predict.costmodel import CostSample
 
 COST_CACHE_VERSION = 2
 TARGET_TOKENS = tuple(range(1, 18))
@@ -46,33 +46,6 @@ SEARCH_CANDIDATES = (1, 2, 4, 8, 16)
 SEARCH_MIN_SIZES = 3
 """N-gram sizes measured at least (the default space's largest); more when the space asks for more."""
 SEARCH_REPEATS = 15
-
-
-@dataclass(frozen=True)
-class CostSample:
-    """One measured time (the fastest of `runs`): `role` is `target`, `draft:<spec>` or `early_exit:<layer>`."""
-
-    role: str
-    kind: str
-    """`forward` (k new tokens over a cache of `context`) or `prefill` (k prompt tokens, empty cache)."""
-    tokens: int
-    context: int
-    seconds: float
-    runs: int
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> CostSample:
-        return cls(
-            role=str(data["role"]),
-            kind=str(data["kind"]),
-            tokens=int(data["tokens"]),
-            context=int(data["context"]),
-            seconds=float(data["seconds"]),
-            runs=int(data.get("runs", 1)),
-        )
 
 
 def _sync(device: Any) -> None:

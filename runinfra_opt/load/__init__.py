@@ -8,15 +8,10 @@ serving metrics per load level.
   `keep_records=False` stream the records to a file instead of keeping them (`store`: `read_run(path, lazy=True)`).
 - `metrics`: `level_metrics(runs, slo_ttft_ms=..., slo_tpot_ms=...)` -> `LevelMetrics` over the measured window;
   `throughput_ratio(runs, baseline_runs)`: a variant's tokens/s over the baseline's at one level, paired.
-- `predict`: `predict_run(level, requests, table)` -> the `LevelRun` a continuous-batching server would give, from
-  each request's simulated passes (`RequestPasses`) and a step-cost table (`stepcost.StepCostTable`), without a
-  server; `calibrate(level, baseline, table, measured_runs)` fits per-level corrections on the baseline's run and
-  `predict_level(..., calibration=...)` applies them to a variant (raw and calibrated runs).
-- `overhead`: what a speculating server's steps cost beyond the table (`SpecOverhead`), fitted on the timed
-  speculative variants and held out of each one's own prediction (`fit`, `leave_one_out`).
 
 Library pieces for the HTTP serving engine (`runinfra_opt.engine.vllm`), which supplies `send` (its async
-client); nothing here imports an engine, numpy or pandas at module level.
+client); nothing here imports an engine, numpy or pandas at module level. The model that predicts a run without
+a server is `runinfra_opt.predict`.
 """
 
 from runinfra_opt.load.metrics import (
@@ -27,54 +22,28 @@ from runinfra_opt.load.metrics import (
     records_frame,
     throughput_ratio,
 )
-from runinfra_opt.load.predict import (
-    Calibration,
-    Corrections,
-    Figures,
-    Prediction,
-    RequestPasses,
-    SchedulerLimits,
-    calibrate,
-    figures,
-    passes_from_rounds,
-    passes_of,
-    predict_level,
-    predict_run,
-)
 from runinfra_opt.load.runner import LATE_S, LevelRun, LoadRecord, RecordSink, StreamedResult, run_level
 from runinfra_opt.load.schedule import Planned, ScheduleSummary, plan, summarize
 from runinfra_opt.load.spec import Concurrency, LoadLevel, Rate, Replay, parse_load
 
 __all__ = [
     "LATE_S",
-    "Calibration",
     "Concurrency",
-    "Corrections",
-    "Figures",
     "LevelMetrics",
     "LevelRun",
     "LoadLevel",
     "LoadRecord",
     "MeasuredWindow",
     "Planned",
-    "Prediction",
     "Rate",
     "RecordSink",
     "Replay",
-    "RequestPasses",
     "ScheduleSummary",
-    "SchedulerLimits",
     "StreamedResult",
-    "calibrate",
-    "figures",
     "level_metrics",
     "measured_window",
     "parse_load",
-    "passes_from_rounds",
-    "passes_of",
     "plan",
-    "predict_level",
-    "predict_run",
     "records_frame",
     "run_level",
     "summarize",

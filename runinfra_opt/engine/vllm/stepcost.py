@@ -1,4 +1,4 @@
-"""The target's step-cost table measured on a running vLLM baseline server (`runinfra_opt.load.stepcost`): what one
+"""The target's step-cost table measured on a running vLLM baseline server (`runinfra_opt.predict.steptable`): what one
 engine step takes by batch size and tokens per sequence, and what a prefill takes by prompt length. With it the
 serving-engine predictor prices every speculative variant from the baseline's server alone, instead of launching
 a server per lookahead (~2 minutes each on 2 CPU cores).
@@ -61,7 +61,7 @@ from typing import Any
 from runinfra_opt.engine.vllm import metrics
 from runinfra_opt.engine.vllm.client import CompletionRequest, OpenAIClient, RequestResult
 from runinfra_opt.errors import EngineError
-from runinfra_opt.load.stepcost import StepCostTable
+from runinfra_opt.predict.steptable import StepCostTable
 
 WARMUP_TRIALS = 2
 BLOCKER_TOKENS = 16

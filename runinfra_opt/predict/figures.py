@@ -1,5 +1,5 @@
 """A load level's headline figures as `runinfra_opt.load.metrics.level_metrics` computes them, without its
-bootstrap, and the trimmed means the serving predictor's calibration fits to (`runinfra_opt.load.predict`)."""
+bootstrap, and the trimmed means the serving predictor's calibration fits to (`runinfra_opt.predict.serving`)."""
 
 from __future__ import annotations
 

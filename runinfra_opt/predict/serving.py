@@ -1,7 +1,7 @@
 """Predict how a vLLM-style continuous-batching server serves one load level, without launching it.
 
 `optimize --engine vllm` measures the baseline's server at every level anyway; with its step-cost table
-(`runinfra_opt.load.stepcost.StepCostTable`) and every request's simulated speculative rounds, this module
+(`runinfra_opt.predict.steptable.StepCostTable`) and every request's simulated speculative rounds, this module
 predicts each variant's run at each level instead of launching a server per variant (~2 minutes a launch on
 2 CPU cores). The prediction is a `LevelRun` of synthetic `LoadRecord`s, so `level_metrics` measures it exactly
 as it measures a real run (windowed tokens/s, TTFT/TPOT/ITL percentiles, goodput).
@@ -51,7 +51,7 @@ On a real run (`from_steps`) the step overhead is instead read off its plain dec
 the median of measured minus `table.step_s(B, 1)`): fitted to one figure, a burst of long prefills lets it take
 any value that lands the throughput (-30 ms on a 45 ms step in the summarize run of 2026-12-03), and a variant,
 which decodes in fewer steps, inherits the error.
-Trimmed means (`load.figures.TRIM`), not medians: over a few requests a median jumps as batches change. In a
+Trimmed means (`predict.figures.TRIM`), not medians: over a few requests a median jumps as batches change. In a
 closed loop that keeps the engine busy, a request joins at the next step boundary whatever its overhead below one
 step, so there the fit pins the step overhead, and the request overhead only to within a step. `Calibration` keeps the
 measured, raw and calibrated figures of the baseline; `predict_level` returns a variant's raw and calibrated runs.
@@ -60,20 +60,18 @@ measured, raw and calibrated figures of the baseline; `predict_level` returns a 
 from __future__ import annotations
 
 import math
-import statistics
 from collections import deque
-from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
-from typing import Protocol
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 
-from runinfra_opt.load.figures import Figures, decode_steps, figures
-from runinfra_opt.load.metrics import WARMUP_FRACTION
-from runinfra_opt.load.overhead import NONE as NO_OVERHEAD
-from runinfra_opt.load.overhead import SpecOverhead
 from runinfra_opt.load.runner import LevelRun, LoadRecord
 from runinfra_opt.load.schedule import Planned, plan
 from runinfra_opt.load.spec import Concurrency, LoadLevel
-from runinfra_opt.load.stepcost import StepCostTable
+from runinfra_opt.methods import BASELINE, Variant, get_method
+from runinfra_opt.methods.simulation import SimResult
+from runinfra_opt.predict.overhead import NONE as NO_OVERHEAD
+from runinfra_opt.predict.overhead import SpecOverhead
+from runinfra_opt.predict.steptable import StepCostTable
 from runinfra_opt.workload.model import Request
 
 FRONT_GAP_S = 0.001
@@ -151,15 +149,7 @@ def passes_from_rounds(
     return tuple(passes)
 
 
-class SimRounds(Protocol):
-    """What `passes_of` reads (`runinfra_opt.methods.simulation.SimResult` has it; this layer may not import it)."""
-
-    chunks: list[int]
-    accepted_per_pass: list[int]
-    output_tokens: int
-
-
-def passes_of(sim: SimRounds) -> tuple[Pass, ...]:
+def passes_of(sim: SimResult) -> tuple[Pass, ...]:
     """The passes after the prefill of a simulated request: `chunks[0]` is the prefill's (1: vLLM proposes
     nothing before the first token), `accepted_per_pass` lines up with `chunks` (empty for the baseline)."""
     if not sim.chunks or sim.output_tokens < 1:
@@ -198,7 +188,7 @@ def predict_run(
     overhead: SpecOverhead = NO_OVERHEAD,
 ) -> LevelRun:
     """The run of `requests` under `level` as the modelled scheduler serves it (see the module's docstring);
-    `overhead`: what a speculative server adds to every step (`runinfra_opt.load.overhead`)."""
+    `overhead`: what a speculative server adds to every step (`runinfra_opt.predict.overhead`)."""
     if corrections.request_s < 0:
         raise ValueError("a request's overhead cannot be negative (it would reach the engine before its send)")
     by_request: dict[int, deque[RequestPasses]] = {}
@@ -331,142 +321,7 @@ def _emit(sequence: _Sequence, at_s: float, tokens: int) -> None:
     record.output_tokens += tokens
 
 
-FIT_STEPS = 40
-"""Most bisections of the step overhead (it stops sooner at `FIT_TOLERANCE_S`)."""
-REQUEST_REFITS = 6
-"""Most refits of the request overhead for one step overhead (the mean TTFT moves about 1:1 with it)."""
-FIT_TOLERANCE_S = 1e-6
-MIN_DECODE_STEPS = 10
-"""Plain decoding steps a measured run must show for `calibrate(from_steps=True)` to read the step overhead off them."""
-MISS = 0.02
-"""A calibrated figure further than this (relative) from the measured one is noted."""
-
-
-@dataclass(frozen=True)
-class Calibration:
-    """Corrections fitted on the baseline's measured run at one level, with the figures they were fitted to."""
-
-    level: LoadLevel
-    corrections: Corrections
-    measured: Figures
-    raw: Figures
-    """The baseline's prediction without corrections."""
-    calibrated: Figures
-    """The baseline's prediction with them."""
-    notes: tuple[str, ...] = ()
-
-
-def calibrate(
-    level: LoadLevel,
-    baseline: Sequence[RequestPasses],
-    table: StepCostTable,
-    measured: LevelRun | Sequence[LevelRun],
-    *,
-    limits: SchedulerLimits = VLLM_CPU_SERVER,
-    warmup_fraction: float = WARMUP_FRACTION,
-    from_steps: bool = False,
-) -> Calibration:
-    """Fit the per-step and per-request overheads at `level` so that the baseline's prediction matches its
-    measured run(s): the mean TTFT, and the output tokens/s (closed loop) or mean TPOT (open loop); see the
-    module's docstring. `from_steps`: the runs' records are real streams, so the step overhead is read from their
-    plain decoding steps when they show at least `MIN_DECODE_STEPS`."""
-    runs = [measured] if isinstance(measured, LevelRun) else list(measured)
-    if any(run.level != level for run in runs):
-        raise ValueError(f"calibrating {level.name} on a run of another level")
-    target = figures(runs, warmup_fraction)
-    closed = not level.open_loop
-    goal = target.tokens_per_s if closed else target.mean_tpot_s
-    if goal is None or target.mean_ttft_s is None:
-        what = "output tokens/s" if closed else "TPOT"
-        raise ValueError(f"{level.name}: the measured run has no TTFT or {what} to calibrate on")
-    ttft_goal: float = target.mean_ttft_s
-
-    def run(step_s: float, request_s: float) -> Figures:
-        corrections = Corrections(step_s, request_s)
-        return figures(predict_run(level, baseline, table, limits=limits, corrections=corrections), warmup_fraction)
-
-    def fit_request(step_s: float) -> tuple[float, Figures]:
-        tried = [(0.0, run(step_s, 0.0))]
-        for _ in range(REQUEST_REFITS):
-            request_s, got = tried[-1]
-            if got.mean_ttft_s is None:
-                break
-            following = max(0.0, request_s + ttft_goal - got.mean_ttft_s)
-            if abs(following - request_s) <= FIT_TOLERANCE_S:
-                break
-            tried.append((following, run(step_s, following)))
-        return min(tried, key=lambda t: abs((t[1].mean_ttft_s or 0.0) - ttft_goal))
-
-    def too_fast(step_s: float) -> bool:
-        """The prediction with this step overhead is faster than the measured run."""
-        got = fit_request(step_s)[1]
-        value = got.tokens_per_s if closed else got.mean_tpot_s
-        if value is None:
-            return False
-        return value > goal if closed else value < goal
-
-    notes: list[str] = []
-    steps = decode_steps(runs) if from_steps else []
-    if len(steps) >= MIN_DECODE_STEPS:
-        step_s = statistics.median(seconds - table.step_s(batch, 1) for batch, seconds in steps)
-    else:
-        step_s = _bisect_step(level, table, too_fast, notes)
-    request_s, calibrated = fit_request(step_s)
-    fitted, what = (calibrated.tokens_per_s, "output tokens/s") if closed else (calibrated.mean_tpot_s, "mean TPOT")
-    for name, want, got in (("mean TTFT", ttft_goal, calibrated.mean_ttft_s), (what, goal, fitted)):
-        if got is not None and abs(got - want) > MISS * want:
-            notes.append(f"{level.name}: the calibrated {name} misses the measured one by {(got / want - 1):+.1%}")
-    return Calibration(level, Corrections(step_s, request_s), target, run(0.0, 0.0), calibrated, tuple(notes))
-
-
-def _bisect_step(level: LoadLevel, table: StepCostTable, too_fast: Callable[[float], bool], notes: list[str]) -> float:
-    """The step overhead at which the prediction is no longer faster than the measured run (bisection)."""
-    low = -0.9 * min(min(row) for row in table.seconds)  # every step keeps a positive duration
-    high = max(table.step_s(1, 1), 1e-3)
-    while too_fast(high) and high < 60.0:
-        low, high = high, high * 2
-    if not too_fast(low):
-        high = low
-        notes.append(f"{level.name}: the table is slower than the measured baseline even at the least step overhead")
-    for _ in range(FIT_STEPS):
-        if high - low <= FIT_TOLERANCE_S:
-            break
-        middle = (low + high) / 2
-        if too_fast(middle):
-            low = middle
-        else:
-            high = middle
-    return (low + high) / 2
-
-
-@dataclass
-class Prediction:
-    """A variant's predicted run at one level, raw and (given a calibration) calibrated."""
-
-    level: LoadLevel
-    raw: LevelRun
-    calibrated: LevelRun | None = None
-    corrections: Corrections | None = None
-    notes: list[str] = field(default_factory=list)
-
-
-def predict_level(
-    level: LoadLevel,
-    requests: Sequence[RequestPasses],
-    table: StepCostTable,
-    *,
-    calibration: Calibration | None = None,
-    limits: SchedulerLimits = VLLM_CPU_SERVER,
-    overhead: SpecOverhead = NO_OVERHEAD,
-) -> Prediction:
-    """The raw prediction of `requests` under `level` and, with the baseline's `calibration` at that level,
-    the calibrated one (both are `LevelRun`s for `level_metrics`); `overhead` is added to both."""
-    raw = predict_run(level, requests, table, limits=limits, overhead=overhead)
-    if calibration is None:
-        return Prediction(level, raw)
-    if calibration.level != level:
-        raise ValueError(f"a calibration at {calibration.level.name} cannot correct a prediction at {level.name}")
-    calibrated = predict_run(
-        level, requests, table, limits=limits, corrections=calibration.corrections, overhead=overhead
-    )
-    return Prediction(level, raw, calibrated, calibration.corrections, list(calibration.notes))
+def predictable(variant: Variant) -> bool:
+    """Whether the serving predictor can simulate `variant` without a profile (its proposals come from the
+    output itself: the baseline and vLLM's n-gram proposer)."""
+    return variant == BASELINE or get_method(variant.method).drafter(variant) is None

@@ -1,6 +1,6 @@
 """What a speculative server's steps cost beyond the step-cost table: fitted on confirmed variants, held out.
 
-The step-cost table (`runinfra_opt.load.stepcost`) is measured on the baseline's server with prefix-cache probes
+The step-cost table (`runinfra_opt.predict.steptable`) is measured on the baseline's server with prefix-cache probes
 that sample one position per sequence. A server that speculates does more in every step: its proposer runs after
 sampling (vLLM's n-gram search, even in a step that verified nothing), and a verification computes logits at every
 drafted position, not one. Measured against real n-gram servers here, those steps cost 1.06-1.23x the table's
@@ -33,11 +33,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from runinfra_opt.load.figures import speculative_steps
+from runinfra_opt.predict.figures import speculative_steps
 
 if TYPE_CHECKING:  # pragma: no cover
     from runinfra_opt.load.runner import LevelRun
-    from runinfra_opt.load.stepcost import StepCostTable
+    from runinfra_opt.predict.steptable import StepCostTable
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,7 @@
 sequences in the batch and the tokens each sequence carries in that step (1 for plain decoding, up to k + 1
 when k drafted tokens are verified), and what a prefill takes by prompt length.
 
-The serving-engine predictor (`runinfra_opt.load.predict`) turns simulated speculative rounds into time with
+The serving-engine predictor (`runinfra_opt.predict.serving`) turns simulated speculative rounds into time with
 it; `runinfra_opt.engine.vllm.stepcost` measures it on a running baseline server. It is data: measured points
 and their interpolation, nothing fitted to a formula (verification on a CPU is neither free nor linear in the
 tokens per sequence: FACTS.md). The serving predictor reads it `monotone()`: see there. Nothing here imports numpy
@@ -11,26 +11,10 @@ at import time.
 
 from __future__ import annotations
 
-from bisect import bisect_left
-from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-
-def interpolate(points: Sequence[tuple[float, float]], x: float) -> float:
-    """Piecewise linear through sorted (x, y) points; outside them, linear along the end segment; a single point
-    is a constant. Never below 0."""
-    if not points:
-        raise ValueError("no points to interpolate")
-    if len(points) == 1:
-        return max(points[0][1], 0.0)
-    xs = [p[0] for p in points]
-    i = bisect_left(xs, x)
-    if i < len(xs) and xs[i] == x:
-        return max(points[i][1], 0.0)
-    lo, hi = (0, 1) if i <= 0 else (len(points) - 2, len(points) - 1) if i >= len(points) else (i - 1, i)
-    (x0, y0), (x1, y1) = points[lo], points[hi]
-    return max(y0 + (y1 - y0) * (x - x0) / (x1 - x0), 0.0)
+from runinfra_opt.predict.interpolate import interpolate
 
 
 @dataclass(frozen=True)
