@@ -113,7 +113,7 @@ def test_round_overhead_calibration_keeps_the_search_table() -> None:
 def test_prompt_lookup_search_cases_scan_without_match_and_extract_the_asked_candidates() -> None:
     """The timed searches do what their samples claim: `scan` proposes nothing (every size scanned), `extract`
     proposes exactly c candidates, none an EOS, with a small vocabulary too (ids repeat)."""
-    from runinfra_opt.engine.hf_cost import measure_prompt_lookup_search, prompt_lookup_search_cases
+    from runinfra_opt.engine.hf.cost import measure_prompt_lookup_search, prompt_lookup_search_cases
 
     cases = prompt_lookup_search_cases(40, max_size=3, eos_token_ids=[2], contexts=(16, 300), candidates=(1, 4))
     assert {(kind, tokens, context) for kind, tokens, context, _, _ in cases} == {

@@ -1,6 +1,6 @@
 """The cost model: what one request takes under one variant, from simulated pass counts and measured forwards.
 
-Built from measured samples (`engine.hf_cost` measures them on this device): per model role
+Built from measured samples (`engine.hf.cost` measures them on this device): per model role
 (`target`, `draft:<spec>`, `early_exit:<layer>`) a table of forward times over k new tokens (a table, not a
 formula: on a CPU verification is not free and the time is not monotonic in k), an optional slope in the
 context length, and prefill times over prompt lengths (piecewise linear). The baseline's own timings then
