@@ -25,9 +25,10 @@ import tempfile
 import time
 from pathlib import Path
 
+from runinfra_opt.engine.vllm.args import ServerConfig
 from runinfra_opt.engine.vllm.client import CompletionRequest, replay
 from runinfra_opt.engine.vllm.environment import resolve_environment
-from runinfra_opt.engine.vllm.server import ServerConfig, VllmServer
+from runinfra_opt.engine.vllm.server import VllmServer
 from runinfra_opt.models import ensure_converted, resolve_model
 
 TOPICS = [

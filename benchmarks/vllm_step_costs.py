@@ -32,8 +32,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from runinfra_opt.engine.vllm.args import ServeSettings
 from runinfra_opt.engine.vllm.client import CompletionRequest, OpenAIClient, RequestResult
-from runinfra_opt.engine.vllm.server import ServeSettings, VllmServer
+from runinfra_opt.engine.vllm.server import VllmServer
 from runinfra_opt.engine.vllm.stepcost import StepCostGrid, StepCostMeasurement, measure_async
 from runinfra_opt.methods import BASELINE
 from runinfra_opt.methods.vllm_ngram import make, simulate

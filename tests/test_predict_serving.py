@@ -11,7 +11,8 @@ from typing import Any
 
 import pytest
 
-from runinfra_opt.engine.vllm.server import ServerConfig, VllmServer
+from runinfra_opt.engine.vllm.args import ServerConfig
+from runinfra_opt.engine.vllm.server import VllmServer
 from runinfra_opt.load import Concurrency, LevelRun, LoadLevel, LoadRecord, Rate, Replay, level_metrics
 from runinfra_opt.methods.simulation import SimResult, simulate_baseline
 from runinfra_opt.predict.calibrate import MIN_DECODE_STEPS, calibrate, predict_level
