@@ -1,23 +1,12 @@
-"""The serving-engine predictor inside `optimize` (engines with `STEP_COSTS` and `SERVE_LOAD`: vllm).
+"""The serving-engine predictor in a run (engines with `STEP_COSTS` and `SERVE_LOAD`): the glue between the run's
+state and `runinfra_opt.predict`.
 
-On vLLM every variant costs a server launch (~2 minutes here) before its first request, so instead of timing a
-grid, `optimize` predicts every variant from the baseline's server alone and launches only the best few:
-
-- `measure` (phase `cost`): the target's step-cost table on the baseline's own server, launched as the manifest
-  serves it (`runinfra_opt.engine.vllm.stepcost`); the same server then serves the baseline pass.
-- `predict` (phases `predict` and `repredict`): every variant's passes per request, simulated exactly from the
-  baseline's greedy output ids (`methods.vllm_ngram.simulate`: vLLM's own proposer rule, checked against the
-  server's counters), turned into time by a model of vLLM's continuous-batching scheduler over the table
-  (`runinfra_opt.predict.serving`):
-  - at batch 1 (what confirmation times): overheads fitted to the baseline pass (before confirmation) or to the
-    confirmed baseline's batch-1 repeats (after), one request at a time;
-  - at every `--load` level: raw before confirmation (the ranking only needs the variants' order), and after it
-    calibrated per level on the baseline's measured run there (`predict.calibrate.calibrate`), so every variant's
-    predicted figure at a level comes from the same stretch of measurement as the baseline's.
-- Variants whose drafter needs a profile the serving engine cannot make (draft models, EAGLE heads) get no
-  prediction and are timed (the confirm phase adds them), with a note.
-
-The decision still uses measured figures only.
+A serving engine pays a server launch per variant, so `optimize` predicts every variant from the baseline's server
+alone and launches only the best few. `measure` (phase `cost`) measures the step-cost table on the baseline's
+server; `predict` (phases `predict` and `repredict`) simulates every variant's passes from the baseline's greedy
+output and serves them through the scheduler model, at batch 1 and at every `--load` level, calibrated on the
+baseline's measured runs after confirmation. Variants whose drafter needs a profile the engine cannot make are
+timed instead, with a note. The decision uses measured figures only.
 """
 
 from __future__ import annotations
@@ -81,8 +70,7 @@ def measure(state: RunState) -> None:
 def most_prefill_tokens(state: RunState, max_batch: int | None) -> int:
     """The most prompt tokens one step of this run can prefill: the `max_batch` longest prompts of the workload
     together (all of them under an open loop), at most the server's token budget per step. The step-cost table
-    needs prefill lengths up to there and no further (a json sample's prompts of 174-500 tokens at batch 1 never
-    prefill 1,024 in a step; that row alone took 13 of the table's 50 s on 2 cores, 2026-12-03f)."""
+    needs prefill lengths up to there and no further (a long prefill row is a large share of the measurement)."""
     from runinfra_opt.predict.serving import VLLM_CPU_SERVER
 
     assert state.engine is not None
@@ -294,8 +282,7 @@ def _level_spec_overheads(
     """The speculative step terms per load level and variant: the per-sequence term stays the batch-1 one, the
     per-drafted-token term is fitted again on the timed variants' measured decoding steps at that level
     (`predict.overhead.level_samples`, `fit_drafted`), held out as at batch 1 (a timed variant's from the others'
-    steps; alone, it keeps its batch-1 terms). Re-predicting the recorded runs of 2026-12-02b, 12-03 and 12-03b
-    (benchmarks/repredict.py), concurrency-4 errors of the confirmed variants fell from 7.9% to 6.3% on average.
+    steps; alone, it keeps its batch-1 terms; checked by re-predicting recorded runs: `benchmarks/repredict.py`).
     Recorded in `results.cost_model[SPEC_OVERHEAD_KEY]["levels"]`."""
     from runinfra_opt.predict.overhead import Sample, fit_drafted, level_samples
 

@@ -1,6 +1,14 @@
-"""The in-process engine's batch-1 model: one request's time to first token and end-to-end time under one variant,
-from its simulated passes and the measured `CostModel`, and the calibrations that fit the model's overheads to
-measured requests (the baseline's, then a few timed speculative ones per method)."""
+"""The in-process engine's batch-1 model: one request's (TTFT, end-to-end) seconds under one variant, from its
+simulated passes and the measured `CostModel`, and the calibrations that fit the model's overheads to measured
+requests.
+
+`predict_request`: TTFT = request overhead + the draft's prefill and round-0 steps + the target's prefill over
+prompt + round-0 candidates; end-to-end = TTFT + per later round the target's forward over its chunk, the draft's
+steps and the step overhead; every round adds its candidate search (from a search table) and the method's
+calibrated round overhead plus its cost per drafted token. `calibrate_overheads` fits the request and step
+overheads to the baseline's measured requests; `calibrate_round_overhead` fits the per-method round terms to a few
+timed speculative requests.
+"""
 
 from __future__ import annotations
 
@@ -178,8 +186,7 @@ def calibrate_round_overhead(
     lookahead, the matches found), and on this CPU a round costs more with more drafted tokens than the forward
     table says (every drafted position's logits are processed in `generate`). The first token is left out: its
     time is the prefill's, whose noise, spread over the few passes of a short run on a long prompt, would swamp
-    the rounds' (summarize, 2026-12-02: a k 8 run's TTFT 180 ms above the k 1 run's on a 1,344-token prompt,
-    over 9 passes, fitted 6.8 ms a drafted token where its later rounds showed about 2). When the runs span less
+    the rounds'. When the runs span less
     than `MIN_DRAFTED_SPREAD` drafted tokens a pass (one lookahead), only the round overhead is fitted: the
     median, at least 0."""
     base = _copy(cost)

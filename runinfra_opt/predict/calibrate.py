@@ -1,5 +1,14 @@
-"""Calibration of the serving predictor: per load level, the corrections that make the baseline's predicted run
-match its measured one, and the prediction of a variant with them (`predict_level`)."""
+"""Calibration of the serving predictor: per load level, two corrections fitted on the baseline's measured run(s)
+there and applied to every variant's prediction at that level (`predict_level`).
+
+- a per-step overhead (scheduling, sampling, output processing that the table's steps miss), read off the run's
+  plain decoding steps when it shows enough of them, else bisected until the predicted output tokens/s (closed
+  loop) or mean TPOT (open loop) matches the measured one: fitted to one figure, a burst of long prefills would let
+  it take any value that lands the throughput, and a variant, which decodes in fewer steps, would inherit the error;
+- a per-request overhead (the send to the engine: HTTP, tokenization), >= 0, refitted so the mean TTFT matches.
+
+The fits use trimmed means (`figures.TRIM`): over a few requests a median jumps as batches change.
+"""
 
 from __future__ import annotations
 
@@ -55,9 +64,9 @@ def calibrate(
     from_steps: bool = False,
 ) -> Calibration:
     """Fit the per-step and per-request overheads at `level` so that the baseline's prediction matches its
-    measured run(s): the mean TTFT, and the output tokens/s (closed loop) or mean TPOT (open loop); see the
-    module's docstring. `from_steps`: the runs' records are real streams, so the step overhead is read from their
-    plain decoding steps when they show at least `MIN_DECODE_STEPS`."""
+    measured run(s): the mean TTFT, and the output tokens/s (closed loop) or mean TPOT (open loop). `from_steps`:
+    the runs' records are real streams, so the step overhead is read from their plain decoding steps when they show
+    at least `MIN_DECODE_STEPS`."""
     runs = [measured] if isinstance(measured, LevelRun) else list(measured)
     if any(run.level != level for run in runs):
         raise ValueError(f"calibrating {level.name} on a run of another level")
@@ -188,9 +197,8 @@ def calibration_runs(
     measured: list[RequestRecord], passes: list[RequestPasses], by_id: dict[str, Any]
 ) -> tuple[list[RequestPasses], list[LevelRun]]:
     """The baseline's batch-1 repeats as `calibrate` fits to them: each repeat one pass over the requests every
-    repeat holds, in plan order, pooled as a variant's measured figures pool its repeats. (Each request's
-    "median" record, taken before, was the slower of two repeats: json 2026-12-03d's baseline, 22.0 and 24.8
-    tokens/s in its two repeats, was calibrated to 21.0.)"""
+    repeat holds, in plan order, pooled as a variant's measured figures pool its repeats (a per-request median
+    record would be the slower of two repeats: `benchmarks/results/repredict.json`)."""
     by_repeat: dict[int, dict[str, RequestRecord]] = {}
     for record in measured:
         by_repeat.setdefault(record.repeat, {})[record.request_id] = record
@@ -202,8 +210,8 @@ def calibration_runs(
 
 def as_served(base_passes: list[RequestPasses], runs: list[LevelRun]) -> list[RequestPasses]:
     """The baseline's passes with the output lengths its measured runs served (the median over repeats): under load
-    vLLM's greedy output is not batch-invariant, so a request may stop elsewhere than at batch 1 (summarize-013: 17
-    tokens alone, 64 in some concurrency-4 runs), and the calibration must serve the run it is fitted to. A baseline
+    vLLM's greedy output is not batch-invariant, so a request may stop elsewhere than at batch 1, and the calibration
+    must serve the run it is fitted to. A baseline
     pass is one token, so its passes follow exactly; a variant's cannot be known and stay as simulated."""
     lengths: dict[str, list[int]] = {}
     for run in runs:

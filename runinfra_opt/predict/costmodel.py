@@ -1,23 +1,10 @@
-"""The cost model: what one request takes under one variant, from simulated pass counts and measured forwards.
+"""The in-process engine's cost model: measured forward, prefill and candidate-search times, fitted into tables.
 
-Built from measured samples (`engine.hf.cost` measures them on this device): per model role
-(`target`, `draft:<spec>`, `early_exit:<layer>`) a table of forward times over k new tokens (a table, not a
-formula: on a CPU verification is not free and the time is not monotonic in k), an optional slope in the
-context length, and prefill times over prompt lengths (piecewise linear). The baseline's own timings then
-calibrate the target's time to first token over prompt length and the generate loop's per-step overhead
-(`calibrate_overheads`); a few timed speculative requests at two or more lookaheads calibrate, per method, a
-round overhead and a cost per drafted token on top of it (`calibrate_round_overhead`). A method whose candidate
-search costs differ between its variants and grow with the context (prompt lookup scans the sequence once per
-n-gram size it tries) has a measured search table (`SearchCost`, role `search:<method>`), charged per round from
-the simulated search widths.
-
-`predict_request` turns a `SimResult` into (TTFT, end-to-end) seconds:
-- TTFT = overhead + [draft prefill of the prompt + the draft's further steps of round 0] + the target's
-  prefill over prompt + round-0 candidates;
-- e2e = TTFT + for every later round: T(chunk, context) + the draft's steps (its first forward of a round
-  re-reads 2 tokens, then 1 each) + step overheads;
-- every round (round 0's in TTFT) adds its candidate search, when the method has a search table, and the
-  method's calibrated round overhead plus its cost per drafted token times the round's drafted tokens.
+The engine measures samples (`engine.hf.cost`); `fit_cost_model` groups them by model role (`target`,
+`draft:<spec>`, `early_exit:<layer>`) into a table of forward times over k new tokens with a slope in the context
+length and prefill times over prompt lengths (`RoleCost`), and, for a method whose candidate search differs
+between its variants (prompt lookup, role `search:<method>`), a search table (`SearchCost`). Tables, not formulas:
+on a CPU verification is not free and its time is not monotonic in k. `predict.batch1` turns them into time.
 """
 
 from __future__ import annotations

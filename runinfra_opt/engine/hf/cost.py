@@ -1,22 +1,14 @@
-"""The transformers engine's cost-table capability: what a forward pass costs on this device, for the cost
-model that predicts each variant's time.
+"""The transformers engine's cost-table capability: what a forward pass and a candidate search cost on this device,
+as `predict.costmodel.CostSample`s that the cost model is fitted from.
 
-For the target: a forward over k = 1..17 new tokens with a KV cache already holding `context` tokens
-(verification of k-1 drafted tokens + 1), at two context lengths, and a prefill at several prompt lengths.
-For each draft: prefill and forwards of a few tokens (drafting is mostly one token at a time). For each
-early-exit layer L: the same as a draft, through the target's first L layers + norm + head (what
-transformers' early-exit drafting runs). For prompt lookup (a method with a `CandidateSearch`): transformers' own
-candidate search (`PromptLookupCandidateGenerator.get_candidates`) timed over synthetic sequences of several
-lengths, scanning 1..N n-gram sizes without a match and returning 1..16 candidates after a match
-(`measure_prompt_lookup_search`): its cost grows with the context and the n-gram sizes tried, and is the part of a
-round that differs between prompt-lookup variants. The fastest of a few runs after a warm-up (interference from other
-processes only ever adds time; the generate loop's typical overheads are fitted later from the measured
-baseline, see `predict.batch1.calibrate_overheads`); clocks read after a CUDA
-synchronize. Verification is not free on a CPU and T(k) is not monotonic in k, so it is a measured table.
+For the target: forwards over k = 1..17 new tokens over a KV cache of two context lengths (a verification of k - 1
+drafted tokens), and prefills at several prompt lengths; for each draft and early-exit layer, the same over a few
+tokens; for prompt lookup, transformers' own candidate search timed over synthetic sequences (its cost grows with
+the context and the n-gram sizes tried). Each sample is the fastest of a few runs after a warm-up (interference
+only adds time), with clocks read after a CUDA synchronize.
 
-Measured samples are cached per model under `cache_dir()/costmodels/<model hash>-<device>-<dtype>-t<threads>.json`
-so later runs skip the measurement (`--remeasure-cost` forces it). Each file is read, completed and written
-under a file lock: a second process measuring the same model waits, then reuses the samples.
+Samples are cached per model under `cache_dir()/costmodels/<model hash>-<device>-<dtype>-t<threads>.json`, read,
+completed and written under a file lock (`--remeasure-cost` measures again).
 """
 
 from __future__ import annotations

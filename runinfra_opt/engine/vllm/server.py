@@ -161,10 +161,9 @@ class VllmServer:
             env["VLLM_CPU_KVCACHE_SPACE"] = str(self.kvcache_gib)
         else:
             env.setdefault("VLLM_CPU_KVCACHE_SPACE", str(DEFAULT_KVCACHE_GIB))
-        # vLLM 0.32's AOT compile cache (its default with torch >= 2.10) fails to load on this CPU build
-        # ("'function' object has no attribute 'finalize_loading'") and recompiles at every launch (~80 s);
-        # torch.compile's own cache, which it uses with AOT off, does load: ~60 s less a launch after the first
-        # of a configuration (docs/engines.md). How the compiled graph is cached, not what is compiled.
+        # vLLM 0.32's AOT compile cache (its default with torch >= 2.10) fails to load on the CPU build and
+        # recompiles at every launch; torch.compile's own cache, used with AOT off, does load (docs/engines.md).
+        # How the compiled graph is cached, not what is compiled.
         env.setdefault("VLLM_USE_AOT_COMPILE", "0")
         return env
 

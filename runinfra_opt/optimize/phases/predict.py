@@ -6,7 +6,8 @@ time. `predict` (before confirmation) fits the generate loop's overheads to the 
 (these predictions rank the candidates); `repredict` (after it) fits them to the confirmation's baseline
 repeats, timed interleaved with the candidates, so that predicted and measured figures come from the same
 stretch of time. Fills each variant's `predicted_requests` and `predicted`, and `results.cost_model`'s
-`calibrated` / `calibrated_after_confirm`. Cheap: both run again on resume.
+`calibrated` / `calibrated_after_confirm`. Cheap: both run again on resume. On a serving engine (`STEP_COSTS`)
+both phases run the serving predictor instead (`optimize.serving.predict`).
 """
 
 from __future__ import annotations
