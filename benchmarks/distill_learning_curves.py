@@ -88,7 +88,7 @@ def main() -> int:
     from runinfra_opt.distill.data import TeacherData, build_teacher_data
     from runinfra_opt.distill.evaluate import cost_ratio, heldout_acceptance
     from runinfra_opt.distill.split import holdout_split
-    from runinfra_opt.engine.hf import HFEngine
+    from runinfra_opt.engine.hf.engine import HFEngine
     from runinfra_opt.methods.ngram import simulate_ngram
     from runinfra_opt.models import load_model
     from runinfra_opt.workload import load_workload

@@ -42,7 +42,7 @@ def main(argv: list[str] | None = None) -> int:
     from transformers import GenerationConfig
     from transformers.utils import logging
 
-    from runinfra_opt.engine.hf import HFEngine
+    from runinfra_opt.engine.hf.engine import HFEngine
     from runinfra_opt.methods import BASELINE
     from runinfra_opt.models import load_model
     from runinfra_opt.workload import load_workload
@@ -144,7 +144,7 @@ def _instrumentation_cost_us(engine: Any, calls: int = 20000) -> float:
     streamer `put` (which reads the clock on the first token). Independent of machine load, unlike the ratio."""
     import torch
 
-    from runinfra_opt.engine.hf import _TimingStreamer
+    from runinfra_opt.engine.hf.engine import _TimingStreamer
 
     counter = engine._counter
     model = engine.target.model

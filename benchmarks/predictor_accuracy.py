@@ -175,7 +175,7 @@ def head_to_head(
 ) -> dict[str, Any]:
     """The predictive winner against the exhaustive winner on the same requests, interleaved in one process:
     their tokens/s ratio (predictive / exhaustive) with a 95% paired bootstrap interval."""
-    from runinfra_opt.engine.hf import open_engine
+    from runinfra_opt.engine.hf.engine import open_engine
 
     entry, pair, requests = _the_two_winners(workload, predictive, exhaustive, args.max_tokens)
     if pair is None:
@@ -499,7 +499,7 @@ def main() -> int:
     # Measure the cost model once, outside both timings, so neither strategy pays for it (it is cached).
     import torch
 
-    from runinfra_opt.engine.hf_cost import measure_costs
+    from runinfra_opt.engine.hf.cost import measure_costs
     from runinfra_opt.methods.base import CandidateSearch
     from runinfra_opt.models import load_model
 

@@ -95,8 +95,9 @@ def main() -> None:
     server = None
     launched = None
     if args.vllm:
+        from runinfra_opt.engine.vllm.args import ServerConfig
         from runinfra_opt.engine.vllm.environment import resolve_environment
-        from runinfra_opt.engine.vllm.server import ServerConfig, VllmServer
+        from runinfra_opt.engine.vllm.server import VllmServer
         from runinfra_opt.models import ensure_converted, resolve_model
 
         model_dir = str(ensure_converted(resolve_model("default")))

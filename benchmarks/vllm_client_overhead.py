@@ -29,9 +29,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script: the repository's packages
 from benchmarks import summary  # noqa: E402
+from runinfra_opt.engine.vllm.args import ServerConfig
 from runinfra_opt.engine.vllm.client import CompletionRequest, replay
 from runinfra_opt.engine.vllm.environment import resolve_environment
-from runinfra_opt.engine.vllm.server import ServerConfig, VllmServer
+from runinfra_opt.engine.vllm.server import VllmServer
 from runinfra_opt.models import ensure_converted, resolve_model
 
 TOPICS = [

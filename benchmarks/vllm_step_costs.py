@@ -35,12 +35,13 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script: the repository's packages
 from benchmarks import summary  # noqa: E402
+from runinfra_opt.engine.vllm.args import ServeSettings
 from runinfra_opt.engine.vllm.client import CompletionRequest, OpenAIClient, RequestResult
-from runinfra_opt.engine.vllm.server import ServeSettings, VllmServer
+from runinfra_opt.engine.vllm.server import VllmServer
 from runinfra_opt.engine.vllm.stepcost import StepCostGrid, StepCostMeasurement, measure_async
-from runinfra_opt.load.stepcost import StepCostTable
 from runinfra_opt.methods import BASELINE
 from runinfra_opt.methods.vllm_ngram import make, simulate
+from runinfra_opt.predict.steptable import StepCostTable
 
 REPO = Path(__file__).resolve().parents[1]
 MAX_MODEL_LEN = 2048

@@ -14,7 +14,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from runinfra_opt.engine.vllm.server import ServeSettings, config_file_mapping
+from runinfra_opt.engine.vllm.args import ServeSettings, config_file_mapping
 from runinfra_opt.errors import InputProblems, RuninfraError, UserInputError
 from runinfra_opt.exitcodes import ExitCode
 from runinfra_opt.fsutil import atomic_write_text
@@ -167,7 +167,7 @@ def vllm_serve_settings(results: RunResults) -> ServeSettings:
     recorded = results.environment.get(ServeSettings.ENVIRONMENT_KEY)
     if isinstance(recorded, dict) and recorded.get("model"):
         return ServeSettings.from_dict(recorded)
-    from runinfra_opt.engine.vllm.server import DEFAULT_DTYPE, DEFAULT_MAX_MODEL_LEN
+    from runinfra_opt.engine.vllm.args import DEFAULT_DTYPE, DEFAULT_MAX_MODEL_LEN
     from runinfra_opt.models import converted_dir_for
 
     target = results.target
@@ -349,7 +349,7 @@ def vllm_config_args(manifest: dict[str, Any], source: str) -> list[str]:
 
 def vllm_config_text(manifest: dict[str, Any], source: str) -> str:
     """The manifest's vLLM arguments as a `vllm serve --config FILE` YAML file: vLLM reads it back into exactly
-    `serving.vllm.args` (`engine.vllm.server.config_file_mapping`). Raises UserInputError as
+    `serving.vllm.args` (`engine.vllm.args.config_file_mapping`). Raises UserInputError as
     `vllm_config_args` does."""
     import yaml
 

@@ -29,7 +29,7 @@ def convert(ready: Path, go: Path, spec: str) -> dict[str, Any]:
 
 def costs(ready: Path, go: Path, target: str) -> dict[str, Any]:
     """Measure (or read from the cache) a model's forward costs, with one early-exit layer."""
-    from runinfra_opt.engine.hf_cost import measure_costs
+    from runinfra_opt.engine.hf.cost import measure_costs
     from runinfra_opt.models import load_model
 
     loaded = load_model(target, device="cpu", dtype="float32")

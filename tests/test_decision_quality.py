@@ -11,9 +11,10 @@ from runinfra_opt.errors import UserInputError
 from runinfra_opt.methods import BASELINE, Variant
 from runinfra_opt.methods.ngram import ngram_search, simulate_ngram
 from runinfra_opt.optimize.config import OptimizeConfig, parse_repeats
-from runinfra_opt.optimize.costmodel import CostModel, SearchCost, fit_cost_model, predict_request
 from runinfra_opt.optimize.phases import extend
 from runinfra_opt.optimize.state import RunState, Silent
+from runinfra_opt.predict.batch1 import predict_request
+from runinfra_opt.predict.costmodel import CostModel, SearchCost, fit_cost_model
 from runinfra_opt.records import RequestRecord
 from runinfra_opt.report.accuracy import family_rankings, kendall_tau
 from runinfra_opt.results import Plan, RunResults, Summary, VariantResult
@@ -99,7 +100,7 @@ def test_prediction_charges_each_round_its_search_so_wider_ngram_sizes_cost_more
 
 
 def test_round_overhead_calibration_keeps_the_search_table() -> None:
-    from runinfra_opt.optimize.costmodel import Observation, calibrate_overheads, calibrate_round_overhead
+    from runinfra_opt.predict.batch1 import Observation, calibrate_overheads, calibrate_round_overhead
 
     cost = fit_cost_model(_samples())
     calibrated = calibrate_overheads(cost, [Observation(20, 10, 0.03, 0.6), Observation(40, 10, 0.05, 0.7)])
@@ -112,7 +113,7 @@ def test_round_overhead_calibration_keeps_the_search_table() -> None:
 def test_prompt_lookup_search_cases_scan_without_match_and_extract_the_asked_candidates() -> None:
     """The timed searches do what their samples claim: `scan` proposes nothing (every size scanned), `extract`
     proposes exactly c candidates, none an EOS, with a small vocabulary too (ids repeat)."""
-    from runinfra_opt.engine.hf_cost import measure_prompt_lookup_search, prompt_lookup_search_cases
+    from runinfra_opt.engine.hf.cost import measure_prompt_lookup_search, prompt_lookup_search_cases
 
     cases = prompt_lookup_search_cases(40, max_size=3, eos_token_ids=[2], contexts=(16, 300), candidates=(1, 4))
     assert {(kind, tokens, context) for kind, tokens, context, _, _ in cases} == {

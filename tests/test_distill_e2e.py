@@ -15,7 +15,7 @@ pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("shared_model_cache")]
 
 
 def test_distilled_draft_for_smollm2_shares_the_vocabulary_and_is_cheap(tmp_path: Path) -> None:
-    from runinfra_opt.engine.hf import check_same_vocabulary
+    from runinfra_opt.engine.hf.engine import check_same_vocabulary
     from runinfra_opt.models import load_model
 
     workload = tmp_path / "w.jsonl"

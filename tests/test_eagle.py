@@ -107,7 +107,7 @@ def test_optimize_and_bench_reject_a_bad_head_before_loading_anything(tmp_path: 
 def test_transformers_engine_loads_no_head_and_says_why_it_cannot_run_one(
     head: Path, tiny_models: tuple[Path, Path]
 ) -> None:
-    from runinfra_opt.engine.hf import open_engine
+    from runinfra_opt.engine.hf.engine import open_engine
 
     target_dir, draft_dir = tiny_models
     spec = f"eagle3:{head}"

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from runinfra_opt.engine.hf import HFEngine, check_same_vocabulary
+from runinfra_opt.engine.hf.engine import HFEngine, check_same_vocabulary
 from runinfra_opt.errors import UserInputError
 from runinfra_opt.methods import BASELINE, Variant
 from runinfra_opt.models import LoadedModel, load_model

@@ -58,7 +58,7 @@ class GenerateOnly:
 
 
 def _open(target: str, drafts: Sequence[str] = (), **options: Any) -> GenerateOnly:
-    from runinfra_opt.engine.hf import open_engine
+    from runinfra_opt.engine.hf.engine import open_engine
 
     return GenerateOnly(open_engine(target, drafts, **options))
 

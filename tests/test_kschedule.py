@@ -10,7 +10,7 @@ import re
 
 import pytest
 
-from runinfra_opt.engine.vllm.server import ServeSettings, config_file_mapping
+from runinfra_opt.engine.vllm.args import ServeSettings, config_file_mapping
 from runinfra_opt.errors import UserInputError
 from runinfra_opt.manifest import build_manifest, validate_manifest, vllm_config_text
 from runinfra_opt.methods import BASELINE, Variant, get_method, parse_variant_name

@@ -17,7 +17,7 @@ import yaml
 from typer.testing import CliRunner
 
 from runinfra_opt.cli.app import app
-from runinfra_opt.engine.vllm.server import ServerConfig, ServeSettings, config_file_mapping
+from runinfra_opt.engine.vllm.args import ServerConfig, ServeSettings, config_file_mapping
 from runinfra_opt.errors import UserInputError
 from runinfra_opt.manifest import (
     build_manifest,

@@ -12,7 +12,7 @@ import yaml
 from typer.testing import CliRunner
 
 from runinfra_opt.cli.app import app
-from runinfra_opt.engine.hf import HFEngine
+from runinfra_opt.engine.hf.engine import HFEngine
 from runinfra_opt.manifest import check_manifest_file
 from runinfra_opt.optimize.pipeline import PHASES
 from runinfra_opt.report.summary import predicted_vs_measured

@@ -13,7 +13,7 @@ import pytest
 from typer.testing import CliRunner
 
 from runinfra_opt.cli.app import app
-from runinfra_opt.engine.hf import HFEngine
+from runinfra_opt.engine.hf.engine import HFEngine
 from runinfra_opt.methods import BASELINE
 from runinfra_opt.optimize.phases import extend
 from runinfra_opt.results import load_results

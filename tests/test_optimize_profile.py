@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from runinfra_opt.engine.hf_profile import (
+from runinfra_opt.engine.hf.profile import (
     acceptance_probabilities,
     early_exit_agreement,
     teacher_forced_agreement,

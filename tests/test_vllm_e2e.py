@@ -24,15 +24,11 @@ from typing import Any
 import pytest
 
 from runinfra_opt.engine.vllm import metrics
+from runinfra_opt.engine.vllm.args import ServerConfig
 from runinfra_opt.engine.vllm.client import CompletionRequest, RequestResult, replay
 from runinfra_opt.engine.vllm.environment import verify
-from runinfra_opt.engine.vllm.server import (
-    ServerConfig,
-    ServerError,
-    VllmServer,
-    check_serve_args,
-    check_serve_args_many,
-)
+from runinfra_opt.engine.vllm.server import ServerError, VllmServer
+from runinfra_opt.engine.vllm.validate import check_serve_args, check_serve_args_many
 from runinfra_opt.methods.vllm_ngram import propose, simulate
 from tests.conftest import quiet_lock
 from tests.test_vllm_server import group_members, wait_gone

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from runinfra_opt.engine.vllm.server import check_serve_args_many
+from runinfra_opt.engine.vllm.validate import check_serve_args_many
 from runinfra_opt.manifest import build_manifest, vllm_config_text, write_manifest
 from runinfra_opt.methods import BASELINE, Variant
 from runinfra_opt.methods.k_schedule import parse_schedule, with_schedule

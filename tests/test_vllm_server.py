@@ -17,8 +17,9 @@ import httpx
 import pytest
 
 from runinfra_opt.engine.vllm import metrics
+from runinfra_opt.engine.vllm.args import ServerConfig
 from runinfra_opt.engine.vllm.client import CompletionRequest, replay
-from runinfra_opt.engine.vllm.server import REDACTED, ServerConfig, ServerError, VllmServer, redact
+from runinfra_opt.engine.vllm.server import REDACTED, ServerError, VllmServer, redact
 
 FAKE_VLLM = Path(__file__).parent / "fake_vllm"
 REPO = Path(__file__).parent.parent
@@ -85,6 +86,18 @@ def test_serve_args_are_the_manifest_arguments() -> None:
         "--speculative-config", '{"a": 1, "num_speculative_tokens": 2}', "--seed", "3",
     ]  # fmt: skip
     assert "--speculative-config" not in ServerConfig("/m").serve_args()
+
+
+def test_the_argument_check_script_ships_with_the_package() -> None:
+    """The script that `validate` runs in the vLLM environment is package data, read through importlib.resources,
+    and without vLLM it fails as one ServerError (not a traceback of ours)."""
+    from runinfra_opt.engine.vllm.validate import _check_script, check_serve_args_many
+
+    script = _check_script()
+    compile(script, "check_serve_args.py", "exec")
+    assert "make_arg_parser" in script
+    with pytest.raises(ServerError, match="cannot check vLLM arguments"):
+        check_serve_args_many(sys.executable, [["--model", "/m"]], build_config=False, timeout_s=60)
 
 
 def test_redact() -> None:
@@ -193,7 +206,8 @@ DRIVER = textwrap.dedent(
     """
     import sys, time
     from pathlib import Path
-    from runinfra_opt.engine.vllm.server import ServerConfig, VllmServer
+    from runinfra_opt.engine.vllm.args import ServerConfig
+    from runinfra_opt.engine.vllm.server import VllmServer
     with VllmServer(sys.executable, ServerConfig("m"), Path(sys.argv[1])) as server:
         print(server.process.pid, flush=True)
         time.sleep(120)

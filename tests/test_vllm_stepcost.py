@@ -14,8 +14,9 @@ from typing import Any
 import pytest
 
 from runinfra_opt.engine.vllm import metrics
+from runinfra_opt.engine.vllm.args import ServerConfig
 from runinfra_opt.engine.vllm.client import CompletionRequest, request_body
-from runinfra_opt.engine.vllm.server import ServerConfig, VllmServer
+from runinfra_opt.engine.vllm.server import VllmServer
 from runinfra_opt.engine.vllm.stepcost import StepCostError, StepCostGrid, measure_step_costs
 
 COST: dict[str, Any] = {

@@ -6,7 +6,7 @@ from collections import defaultdict
 from typing import Any
 
 from runinfra_opt.distill.data import TeacherData
-from runinfra_opt.engine.hf_profile import teacher_forced_agreement
+from runinfra_opt.engine.hf.profile import teacher_forced_agreement
 from runinfra_opt.methods.simulation import simulate_draft
 
 

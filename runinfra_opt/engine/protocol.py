@@ -39,7 +39,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from runinfra_opt.engine.prompts import PromptTokenizer
     from runinfra_opt.load import LevelRun, LoadLevel
     from runinfra_opt.load.runner import RecordSink
-    from runinfra_opt.load.stepcost import StepCostTable
+    from runinfra_opt.predict.steptable import StepCostTable
 
 TokenSequence = tuple[list[int], list[int]]
 """(prompt_ids, output_ids): a request's prompt and the target's output, as token ids."""

@@ -15,7 +15,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
 DEFAULT_ENGINE = "transformers"
 BUILTIN: dict[str, str] = {
-    "transformers": "runinfra_opt.engine.hf:open_engine",
+    "transformers": "runinfra_opt.engine.hf.engine:open_engine",
     "vllm": "runinfra_opt.engine.vllm.engine:open_engine",
 }
 

@@ -3,7 +3,8 @@
 and serving metrics per level (`metrics`).
 
 Library pieces for the HTTP serving engine, which supplies the async client; nothing here imports an engine,
-numpy or pandas at module level."""
+numpy or pandas at module level. The model that predicts a run
+without a server is `runinfra_opt.predict`."""
 
 from runinfra_opt.load.metrics import (
     LevelMetrics,
@@ -13,54 +14,28 @@ from runinfra_opt.load.metrics import (
     records_frame,
     throughput_ratio,
 )
-from runinfra_opt.load.predict import (
-    Calibration,
-    Corrections,
-    Figures,
-    Prediction,
-    RequestPasses,
-    SchedulerLimits,
-    calibrate,
-    figures,
-    passes_from_rounds,
-    passes_of,
-    predict_level,
-    predict_run,
-)
 from runinfra_opt.load.runner import LATE_S, LevelRun, LoadRecord, RecordSink, StreamedResult, run_level
 from runinfra_opt.load.schedule import Planned, ScheduleSummary, plan, summarize
 from runinfra_opt.load.spec import Concurrency, LoadLevel, Rate, Replay, parse_load
 
 __all__ = [
     "LATE_S",
-    "Calibration",
     "Concurrency",
-    "Corrections",
-    "Figures",
     "LevelMetrics",
     "LevelRun",
     "LoadLevel",
     "LoadRecord",
     "MeasuredWindow",
     "Planned",
-    "Prediction",
     "Rate",
     "RecordSink",
     "Replay",
-    "RequestPasses",
     "ScheduleSummary",
-    "SchedulerLimits",
     "StreamedResult",
-    "calibrate",
-    "figures",
     "level_metrics",
     "measured_window",
     "parse_load",
-    "passes_from_rounds",
-    "passes_of",
     "plan",
-    "predict_level",
-    "predict_run",
     "records_frame",
     "run_level",
     "summarize",

@@ -1,43 +1,35 @@
-"""The serving-engine predictor inside `optimize` (engines with `STEP_COSTS` and `SERVE_LOAD`: vllm).
+"""The serving-engine predictor in a run (engines with `STEP_COSTS` and `SERVE_LOAD`): the glue between the run's
+state and `runinfra_opt.predict`.
 
-On vLLM every variant costs a server launch (~2 minutes here) before its first request, so instead of timing a
-grid, `optimize` predicts every variant from the baseline's server alone and launches only the best few:
-
-- `measure` (phase `cost`): the target's step-cost table on the baseline's own server, launched as the manifest
-  serves it (`runinfra_opt.engine.vllm.stepcost`); the same server then serves the baseline pass.
-- `predict` (phases `predict` and `repredict`): every variant's passes per request, simulated exactly from the
-  baseline's greedy output ids (`methods.vllm_ngram.simulate`: vLLM's own proposer rule, checked against the
-  server's counters), turned into time by a model of vLLM's continuous-batching scheduler over the table
-  (`runinfra_opt.load.predict`):
-  - at batch 1 (what confirmation times): overheads fitted to the baseline pass (before confirmation) or to the
-    confirmed baseline's batch-1 repeats (after), one request at a time;
-  - at every `--load` level: raw before confirmation (the ranking only needs the variants' order), and after it
-    calibrated per level on the baseline's measured run there (`load.predict.calibrate`), so every variant's
-    predicted figure at a level comes from the same stretch of measurement as the baseline's.
-- Variants whose drafter needs a profile the serving engine cannot make (draft models, EAGLE heads) get no
-  prediction and are timed (the confirm phase adds them), with a note.
-
-The decision still uses measured figures only.
+A serving engine pays a server launch per variant, so `optimize` predicts every variant from the baseline's server
+alone and launches only the best few. `measure` (phase `cost`) measures the step-cost table on the baseline's
+server; `predict` (phases `predict` and `repredict`) simulates every variant's passes from the baseline's greedy
+output and serves them through the scheduler model, at batch 1 and at every `--load` level, calibrated on the
+baseline's measured runs after confirmation. Variants whose drafter needs a profile the engine cannot make are
+timed instead, with a note. The decision uses measured figures only.
 """
 
 from __future__ import annotations
 
-from array import array
 from typing import TYPE_CHECKING, Any, cast
 
 from runinfra_opt.engine.protocol import StepCostMeter
-from runinfra_opt.load.overhead import NONE as NO_OVERHEAD
-from runinfra_opt.methods import BASELINE, Variant, get_method
+from runinfra_opt.methods import BASELINE, Variant
+from runinfra_opt.optimize.simulate import simulate
 from runinfra_opt.optimize.state import RunState
+from runinfra_opt.predict.calibrate import as_served, calibration_runs
+from runinfra_opt.predict.overhead import NONE as NO_OVERHEAD
+from runinfra_opt.predict.serving import predictable
 from runinfra_opt.records import RequestRecord
 from runinfra_opt.results import PredictedLevel
 from runinfra_opt.stats import summarize_with_intervals
 
 if TYPE_CHECKING:  # pragma: no cover
     from runinfra_opt.load import LevelRun
-    from runinfra_opt.load.overhead import SpecOverhead
-    from runinfra_opt.load.predict import Calibration, RequestPasses
-    from runinfra_opt.load.stepcost import StepCostTable
+    from runinfra_opt.predict.calibrate import Calibration
+    from runinfra_opt.predict.overhead import SpecOverhead
+    from runinfra_opt.predict.serving import RequestPasses
+    from runinfra_opt.predict.steptable import StepCostTable
 
 STEP_COSTS_KEY = "step_costs"
 """`results.cost_model[...]`: the step-cost measurement (table, trials, rejected tries, wall time)."""
@@ -78,9 +70,8 @@ def measure(state: RunState) -> None:
 def most_prefill_tokens(state: RunState, max_batch: int | None) -> int:
     """The most prompt tokens one step of this run can prefill: the `max_batch` longest prompts of the workload
     together (all of them under an open loop), at most the server's token budget per step. The step-cost table
-    needs prefill lengths up to there and no further (a json sample's prompts of 174-500 tokens at batch 1 never
-    prefill 1,024 in a step; that row alone took 13 of the table's 50 s on 2 cores, 2026-12-03f)."""
-    from runinfra_opt.load.predict import VLLM_CPU_SERVER
+    needs prefill lengths up to there and no further (a long prefill row is a large share of the measurement)."""
+    from runinfra_opt.predict.serving import VLLM_CPU_SERVER
 
     assert state.engine is not None
     lengths = sorted((len(state.engine.prompts.prompt_ids(r)) for r in state.requests), reverse=True)
@@ -91,26 +82,19 @@ def most_prefill_tokens(state: RunState, max_batch: int | None) -> int:
 def step_table(state: RunState) -> StepCostTable:
     """The measured table as the predictor prices steps with it: each row non-decreasing in the tokens per sequence
     (`StepCostTable.monotone`; the results keep the measured cells)."""
-    from runinfra_opt.load.stepcost import StepCostTable
+    from runinfra_opt.predict.steptable import StepCostTable
 
     return StepCostTable.from_dict(state.results.cost_model[STEP_COSTS_KEY]["table"]).monotone()
 
 
-def predictable(variant: Variant) -> bool:
-    """Whether the serving predictor can simulate `variant` without a profile (its proposals come from the
-    output itself: the baseline and vLLM's n-gram proposer)."""
-    return variant == BASELINE or get_method(variant.method).drafter(variant) is None
-
-
 def _passes(state: RunState, variant: Variant) -> list[RequestPasses]:
-    from runinfra_opt.load.predict import RequestPasses, passes_of
     from runinfra_opt.methods.simulation import SimResult
-    from runinfra_opt.optimize.phases.predict import _simulate
+    from runinfra_opt.predict.serving import RequestPasses, passes_of
 
     assert state.engine is not None
     out = []
     for request in state.requests:
-        sim = _simulate(state, variant, request)
+        sim = simulate(state, variant, request)
         if not isinstance(sim, SimResult) or not sim.output_tokens:
             continue  # no baseline output for it, or an expected (sampled) simulation: no passes to serve
         prompt_tokens = len(state.engine.prompts.prompt_ids(request))
@@ -118,37 +102,11 @@ def _passes(state: RunState, variant: Variant) -> list[RequestPasses]:
     return out
 
 
-def batch1_run(records: list[RequestRecord], by_id: dict[str, Any]) -> LevelRun:
-    """The baseline's measured batch-1 requests as a closed loop of one (what `calibrate` fits to): one after
-    another, each token streamed at an even pace between its first token and its end."""
-    from runinfra_opt.load import Concurrency, LevelRun, LoadRecord
-
-    out = []
-    at = 0.0
-    for index, record in enumerate(records):
-        n = record.output_tokens
-        times = [at + record.ttft_s]
-        if n > 1:
-            gap = (record.e2e_s - record.ttft_s) / (n - 1)
-            times += [at + record.ttft_s + gap * i for i in range(1, n)]
-        request = by_id.get(record.request_id)
-        out.append(
-            LoadRecord(
-                index=index, request_id=record.request_id, category=request.category if request else "",
-                planned_s=at, sent_s=at, done_s=at + record.e2e_s, success=True, ttft_s=record.ttft_s,
-                e2e_s=record.e2e_s, output_tokens=n, prompt_tokens=record.prompt_tokens,
-                chunk_s=array("d", times), chunk_tokens=array("q", [1] * len(times)),
-            )  # fmt: skip
-        )
-        at += record.e2e_s
-    return LevelRun(Concurrency(1), out, started_at=0.0, duration_s=at, peak_in_flight=1)
-
-
 def _batch1_calibration(
     state: RunState, table: StepCostTable, passes: list[RequestPasses], after_confirm: bool
 ) -> Calibration | None:
     from runinfra_opt.load import Concurrency
-    from runinfra_opt.load.predict import calibrate
+    from runinfra_opt.predict.calibrate import calibrate
 
     # the baseline's own repeats (those timed beside a candidate carry its trial, and repeat numbers of their own)
     measured = [r for r in state.variant_result(BASELINE).measured_requests if r.trial is None] if after_confirm else []
@@ -158,22 +116,6 @@ def _batch1_calibration(
         return None
     served, runs = calibration_runs(measured, passes, state.request_by_id())
     return calibrate(Concurrency(1), served, table, runs) if runs else None
-
-
-def calibration_runs(
-    measured: list[RequestRecord], passes: list[RequestPasses], by_id: dict[str, Any]
-) -> tuple[list[RequestPasses], list[LevelRun]]:
-    """The baseline's batch-1 repeats as `calibrate` fits to them: each repeat one pass over the requests every
-    repeat holds, in plan order, pooled as a variant's measured figures pool its repeats. (Each request's
-    "median" record, taken before, was the slower of two repeats: json 2026-12-03d's baseline, 22.0 and 24.8
-    tokens/s in its two repeats, was calibrated to 21.0.)"""
-    by_repeat: dict[int, dict[str, RequestRecord]] = {}
-    for record in measured:
-        by_repeat.setdefault(record.repeat, {})[record.request_id] = record
-    served = [p for p in passes if all(p.request.id in rows for rows in by_repeat.values())] if by_repeat else []
-    if not served:
-        return [], []
-    return served, [batch1_run([rows[p.request.id] for p in served], by_id) for _, rows in sorted(by_repeat.items())]
 
 
 def _predicted_records(state: RunState, variant: Variant, run: LevelRun) -> list[RequestRecord]:
@@ -206,8 +148,8 @@ def predict(state: RunState, *, after_confirm: bool = False, interim: bool = Fal
     (`load_predicted`); see the module's docstring. `interim`: between two candidates of a one-at-a-time
     confirmation (re-fitted on what is timed so far; the note on a single timed variant is left to the last)."""
     from runinfra_opt.load import Concurrency, level_metrics
-    from runinfra_opt.load.predict import predict_level
     from runinfra_opt.optimize import underload
+    from runinfra_opt.predict.calibrate import predict_level
 
     results = state.results
     if STEP_COSTS_KEY not in results.cost_model:
@@ -272,7 +214,7 @@ def predict(state: RunState, *, after_confirm: bool = False, interim: bool = Fal
 
 
 SPEC_OVERHEAD_KEY = "spec_overhead"
-"""`results.cost_model[...]`: the speculative step terms fitted on the confirmed variants (`load.overhead`)."""
+"""`results.cost_model[...]`: the speculative step terms fitted on the confirmed variants (`predict.overhead`)."""
 
 
 def _spec_overheads(
@@ -283,12 +225,12 @@ def _spec_overheads(
     variants: list[Variant],
     interim: bool = False,
 ) -> dict[str, SpecOverhead]:
-    """The speculative step terms per variant (`runinfra_opt.load.overhead`): for a timed variant, fitted on the
+    """The speculative step terms per variant (`runinfra_opt.predict.overhead`): for a timed variant, fitted on the
     other timed variants' batch-1 requests (held out); for an untimed one, on all of them. Recorded in
     `results.cost_model[SPEC_OVERHEAD_KEY]`."""
     from runinfra_opt.load import Concurrency
-    from runinfra_opt.load.overhead import Sample, fit, leave_one_out, median_by_request
-    from runinfra_opt.load.predict import predict_level
+    from runinfra_opt.predict.calibrate import predict_level
+    from runinfra_opt.predict.overhead import Sample, fit, leave_one_out, median_by_request
 
     samples: list[Sample] = []
     timed: list[str] = []
@@ -339,11 +281,10 @@ def _level_spec_overheads(
 ) -> dict[str, dict[str, SpecOverhead]]:
     """The speculative step terms per load level and variant: the per-sequence term stays the batch-1 one, the
     per-drafted-token term is fitted again on the timed variants' measured decoding steps at that level
-    (`load.overhead.level_samples`, `fit_drafted`), held out as at batch 1 (a timed variant's from the others'
-    steps; alone, it keeps its batch-1 terms). Re-predicting the recorded runs of 2026-12-02b, 12-03 and 12-03b
-    (benchmarks/repredict.py), concurrency-4 errors of the confirmed variants fell from 7.9% to 6.3% on average.
+    (`predict.overhead.level_samples`, `fit_drafted`), held out as at batch 1 (a timed variant's from the others'
+    steps; alone, it keeps its batch-1 terms; checked by re-predicting recorded runs: `benchmarks/repredict.py`).
     Recorded in `results.cost_model[SPEC_OVERHEAD_KEY]["levels"]`."""
-    from runinfra_opt.load.overhead import Sample, fit_drafted, level_samples
+    from runinfra_opt.predict.overhead import Sample, fit_drafted, level_samples
 
     timed = {v.name: _level_runs(state, v) for v in variants if v.name in batch1}
     timed = {name: runs for name, runs in timed.items() if runs}
@@ -367,35 +308,14 @@ def _level_spec_overheads(
 
 
 def _calibrate_level(level: Any, base_passes: list[RequestPasses], table: StepCostTable, measured: Any) -> Any:
-    from runinfra_opt.load.predict import calibrate
+    from runinfra_opt.predict.calibrate import calibrate
 
     if measured is None:
         return None
     try:
-        return calibrate(level, _as_served(base_passes, [measured]), table, measured, from_steps=True)
+        return calibrate(level, as_served(base_passes, [measured]), table, measured, from_steps=True)
     except ValueError:
         return None  # a measured run with no TTFT or throughput to fit to: the raw prediction stands
-
-
-def _as_served(base_passes: list[RequestPasses], runs: list[LevelRun]) -> list[RequestPasses]:
-    """The baseline's passes with the output lengths its measured runs served (the median over repeats): under load
-    vLLM's greedy output is not batch-invariant, so a request may stop elsewhere than at batch 1 (summarize-013: 17
-    tokens alone, 64 in some concurrency-4 runs), and the calibration must serve the run it is fitted to. A baseline
-    pass is one token, so its passes follow exactly; a variant's cannot be known and stay as simulated."""
-    import statistics
-    from dataclasses import replace
-
-    lengths: dict[str, list[int]] = {}
-    for run in runs:
-        for record in run.records:
-            if record.success and record.output_tokens:
-                lengths.setdefault(record.request_id, []).append(record.output_tokens)
-    out = []
-    for item in base_passes:
-        served = lengths.get(item.request.id)
-        n = statistics.median_low(served) if served else item.output_tokens
-        out.append(replace(item, passes=((1, 1),) * (n - 1)))
-    return out
 
 
 def _level_runs(state: RunState, variant: Variant) -> dict[str, LevelRun]:

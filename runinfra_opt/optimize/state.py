@@ -23,7 +23,7 @@ from runinfra_opt.workload.model import Request, Workload
 
 if TYPE_CHECKING:  # pragma: no cover
     from runinfra_opt.engine.protocol import Engine, ProfilingEngine
-    from runinfra_opt.optimize.costmodel import CostModel
+    from runinfra_opt.predict.costmodel import CostModel
 
 WARMUP_TOKENS = 8
 """Untimed warm-up generations stop after this many tokens."""

@@ -22,10 +22,11 @@ from typing import Any
 from runinfra_opt.engine.prompts import PromptTokenizer
 from runinfra_opt.engine.protocol import Capability, LoadMeasurement, cpu_model_name
 from runinfra_opt.engine.vllm import metrics
+from runinfra_opt.engine.vllm.args import ServerConfig, ServeSettings
 from runinfra_opt.engine.vllm.client import CompletionRequest, OpenAIClient, RequestResult
 from runinfra_opt.engine.vllm.environment import VllmEnvironment, auto_dtype, on_cpu, resolve_environment
 from runinfra_opt.engine.vllm.pool import Launch, Live, ServerPool
-from runinfra_opt.engine.vllm.server import ServerConfig, ServeSettings, VllmServer
+from runinfra_opt.engine.vllm.server import VllmServer
 from runinfra_opt.engine.vllm.stepcost import StepCostGrid, StepCostMeasurement, measure_async
 from runinfra_opt.errors import EngineError, UserInputError
 from runinfra_opt.load import LoadLevel, LoadRecord, plan, run_level

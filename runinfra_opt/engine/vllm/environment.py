@@ -19,7 +19,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from runinfra_opt.engine.vllm.server import DEFAULT_DTYPE
+from runinfra_opt.engine.vllm.args import DEFAULT_DTYPE
 from runinfra_opt.errors import EngineError, UserInputError
 from runinfra_opt.fsutil import atomic_write_text
 from runinfra_opt.models import cache_dir, cpu_has_native_bf16

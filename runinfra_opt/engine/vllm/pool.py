@@ -11,8 +11,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from runinfra_opt.engine.vllm.args import ServerConfig
 from runinfra_opt.engine.vllm.client import OpenAIClient
-from runinfra_opt.engine.vllm.server import DEFAULT_STARTUP_TIMEOUT_S, ServerConfig, VllmServer
+from runinfra_opt.engine.vllm.server import DEFAULT_STARTUP_TIMEOUT_S, VllmServer
 from runinfra_opt.errors import EngineError
 from runinfra_opt.fsutil import safe_name
 

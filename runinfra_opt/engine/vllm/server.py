@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import json
 import os
 import secrets
 import shlex
@@ -26,16 +25,13 @@ import subprocess
 import sys
 import threading
 import time
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from types import FrameType, TracebackType
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any
 
-from runinfra_opt.errors import EngineError, UserInputError
+from runinfra_opt.engine.vllm.args import ServerConfig
+from runinfra_opt.errors import EngineError
 from runinfra_opt.signals import Terminated
-
-if TYPE_CHECKING:  # pragma: no cover
-    from runinfra_opt.methods import Variant
 
 API_SERVER_MODULE = "vllm.entrypoints.openai.api_server"
 HOST = "127.0.0.1"
@@ -50,187 +46,6 @@ REDACTED = "<redacted>"
 
 class ServerError(EngineError):
     """The server could not start, died, or did not become healthy; the message quotes its log's tail."""
-
-
-DEFAULT_DTYPE = "bfloat16"
-DEFAULT_MAX_MODEL_LEN = 2048
-
-
-@dataclass(frozen=True)
-class ServerConfig:
-    """Exactly the serving arguments a manifest carries for one variant (nothing run-specific)."""
-
-    model: str
-    dtype: str = DEFAULT_DTYPE
-    max_model_len: int = DEFAULT_MAX_MODEL_LEN
-    speculative_config: dict[str, Any] | None = None
-    seed: int = 0
-    extra_args: tuple[str, ...] = field(default=())
-    """Further `vllm serve` arguments, passed through and recorded as they are."""
-
-    def serve_args(self) -> list[str]:
-        """The arguments after `vllm serve` / `python -m vllm.entrypoints.openai.api_server`."""
-        args = ["--model", self.model, "--dtype", self.dtype, "--max-model-len", str(self.max_model_len)]
-        if self.speculative_config is not None:
-            args += ["--speculative-config", json.dumps(self.speculative_config, sort_keys=True)]
-        args += ["--seed", str(self.seed), *self.extra_args]
-        return args
-
-
-@dataclass(frozen=True)
-class ServeSettings:
-    """What every variant of a run is served with: the target (a directory or hub id vLLM loads), its dtype,
-    context length and seed, plus further `vllm serve` arguments. `server_config(variant)` is the one place
-    where a variant becomes `vllm serve` arguments, for an engine to launch, for the manifest to record
-    (`serving.vllm.args`) and for `manifest export --format vllm-config` to write as a `--config` file. An
-    engine that launches servers records its settings in the run's environment under `ENVIRONMENT_KEY`
-    (`to_dict()`), so that the manifest carries what was launched."""
-
-    model: str
-    dtype: str = DEFAULT_DTYPE
-    max_model_len: int = DEFAULT_MAX_MODEL_LEN
-    seed: int = 0
-    extra_args: tuple[str, ...] = ()
-
-    ENVIRONMENT_KEY: ClassVar[str] = "vllm_serve"
-
-    def to_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "extra_args": list(self.extra_args)}
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> ServeSettings:
-        return cls(
-            model=str(data["model"]),
-            dtype=str(data.get("dtype") or DEFAULT_DTYPE),
-            max_model_len=int(data.get("max_model_len") or DEFAULT_MAX_MODEL_LEN),
-            seed=int(data.get("seed") or 0),
-            extra_args=tuple(str(a) for a in data.get("extra_args") or ()),
-        )
-
-    def server_config(self, variant: Variant, draft_path: str | None = None) -> ServerConfig:
-        """The server for `variant` (`draft_path`: where its draft model or head is, when not its spec).
-        Raises UserInputError when the variant's method has no vLLM equivalent (e.g. early exit)."""
-        from runinfra_opt.methods import get_method
-
-        method = get_method(variant.method)
-        if draft_path is None and (drafter := method.drafter(variant)) is not None:
-            draft_path = drafter.model
-        serving = method.serving_vllm(variant, draft_path)
-        if not serving.get("supported"):
-            raise UserInputError(f"{variant.name} cannot be served by vLLM: {serving.get('note') or 'no equivalent'}")
-        return ServerConfig(
-            model=self.model,
-            dtype=self.dtype,
-            max_model_len=self.max_model_len,
-            speculative_config=serving.get("speculativeConfig"),
-            seed=self.seed,
-            extra_args=self.extra_args,
-        )
-
-
-def config_file_mapping(args: list[str]) -> dict[str, Any]:
-    """`vllm serve` arguments as the mapping of a `vllm serve --config FILE` YAML file, such that vLLM's
-    `FlexibleArgumentParser.load_config_file` turns it back into exactly `args`: `--name value` becomes
-    `name: value` (an integer stays an integer when it reads back the same; a JSON object, as
-    `--speculative-config` takes, becomes a nested mapping, which vLLM writes back with `json.dumps`), and a
-    flag with no value becomes `name: true`. Raises ValueError for an argument that is not an option, or an
-    option given twice."""
-    mapping: dict[str, Any] = {}
-    index = 0
-    while index < len(args):
-        option = args[index]
-        if not option.startswith("--") or len(option) == 2:
-            raise ValueError(f"{option!r} is not an option (expected --name [value])")
-        key, inline, value_text = option[2:].partition("=")
-        if key in mapping:
-            raise ValueError(f"--{key} is given twice")
-        if inline:
-            index += 1
-        elif index + 1 < len(args) and not args[index + 1].startswith("--"):
-            value_text, index = args[index + 1], index + 2
-        else:
-            mapping[key] = True
-            index += 1
-            continue
-        value: Any = value_text
-        if value_text.startswith("{"):
-            parsed = json.loads(value_text)
-            if json.dumps(parsed) == value_text:  # vLLM writes a mapping back with json.dumps' defaults
-                value = parsed
-        elif value_text.lstrip("-").isdigit() and str(int(value_text)) == value_text:
-            value = int(value_text)
-        mapping[key] = value
-    return mapping
-
-
-# Run in the vLLM environment: parse each list of serving arguments with vLLM's own `vllm serve` parser (which
-# also reads a `--config FILE`), run its quick checks, and build the engine configuration (reads the model's
-# config.json and validates the speculative configuration without loading weights). Prints one JSON line per
-# list: the parsed values, or vLLM's message when it rejects them (vLLM is imported once for all).
-_CHECK_ARGS = """
-import contextlib, io, json, sys
-from vllm.engine.arg_utils import AsyncEngineArgs
-from vllm.entrypoints.launchers.cli_args import make_arg_parser, validate_parsed_serve_args
-from vllm.utils.argparse_utils import FlexibleArgumentParser
-for argv in json.loads(sys.stdin.read()):
-    usage = io.StringIO()
-    try:
-        with contextlib.redirect_stderr(usage):
-            args = make_arg_parser(FlexibleArgumentParser()).parse_args(argv)
-        validate_parsed_serve_args(args)
-        if "--build-config" in sys.argv:
-            AsyncEngineArgs.from_cli_args(args).create_engine_config()
-        out = {"model": args.model, "dtype": args.dtype, "max_model_len": args.max_model_len, "seed": args.seed,
-               "speculative_config": args.speculative_config}
-    except SystemExit:
-        lines = [line for line in usage.getvalue().splitlines() if line.strip()]
-        out = {"error": lines[-1] if lines else "invalid arguments"}
-    except Exception as exc:
-        message = " ".join(line.strip() for line in str(exc).splitlines() if line.strip())
-        out = {"error": f"{type(exc).__name__}: {message}"[:600]}
-    print(json.dumps(out, default=str), flush=True)
-"""
-
-
-def check_serve_args(
-    python: str, args: list[str], *, build_config: bool = True, timeout_s: float = 300
-) -> dict[str, Any]:
-    """Parse `vllm serve` arguments with vLLM's own parser in its environment (and, with `build_config`, build
-    its engine configuration, which rejects a bad speculative config in seconds instead of a failed launch).
-    Returns what vLLM parsed; raises ServerError with vLLM's own message."""
-    (parsed,) = check_serve_args_many(python, [args], build_config=build_config, timeout_s=timeout_s)
-    if "error" in parsed:
-        raise ServerError(f"vLLM rejects the serving arguments: {parsed['error']}")
-    return parsed
-
-
-def check_serve_args_many(
-    python: str, arg_lists: list[list[str]], *, build_config: bool = True, timeout_s: float = 300
-) -> list[dict[str, Any]]:
-    """`check_serve_args` for several argument lists in one process (vLLM is imported once): for each, in
-    order, what vLLM parsed, or `{"error": <vLLM's message>}` when it rejects them. Raises ServerError when
-    vLLM cannot be run at all."""
-    command = [python, "-c", _CHECK_ARGS, *(["--build-config"] if build_config else [])]
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1"}
-    try:
-        done = subprocess.run(
-            command,
-            input=json.dumps(arg_lists),
-            capture_output=True,
-            text=True,
-            timeout=timeout_s,
-            env=env,
-            check=False,
-        )
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        raise ServerError(f"cannot check vLLM arguments with {python}: {exc}") from None
-    results = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")][-len(arg_lists) :]
-    if done.returncode != 0 or len(results) != len(arg_lists):
-        lines = [line for line in done.stderr.strip().splitlines() if line.strip()]
-        raise ServerError(
-            f"cannot check vLLM arguments with {python}: {lines[-1] if lines else 'exit ' + str(done.returncode)}"
-        )
-    return [dict(result) for result in results]
 
 
 def free_port(host: str = HOST) -> int:
@@ -346,10 +161,9 @@ class VllmServer:
             env["VLLM_CPU_KVCACHE_SPACE"] = str(self.kvcache_gib)
         else:
             env.setdefault("VLLM_CPU_KVCACHE_SPACE", str(DEFAULT_KVCACHE_GIB))
-        # vLLM 0.32's AOT compile cache (its default with torch >= 2.10) fails to load on this CPU build
-        # ("'function' object has no attribute 'finalize_loading'") and recompiles at every launch (~80 s);
-        # torch.compile's own cache, which it uses with AOT off, does load: ~60 s less a launch after the first
-        # of a configuration (docs/engines.md). How the compiled graph is cached, not what is compiled.
+        # vLLM 0.32's AOT compile cache (its default with torch >= 2.10) fails to load on the CPU build and
+        # recompiles at every launch; torch.compile's own cache, used with AOT off, does load (docs/engines.md).
+        # How the compiled graph is cached, not what is compiled.
         env.setdefault("VLLM_USE_AOT_COMPILE", "0")
         return env
 

@@ -1,49 +1,20 @@
-"""The target's step-cost table measured on a running vLLM baseline server (`runinfra_opt.load.stepcost`): what one
-engine step takes by batch size and tokens per sequence, and what a prefill takes by prompt length. With it the
-serving-engine predictor prices every speculative variant from the baseline's server alone, instead of launching
-a server per lookahead (~2 minutes each on 2 CPU cores).
+"""The target's step-cost table (`predict.steptable.StepCostTable`) measured on a running vLLM baseline server,
+through its public API only, so that the serving predictor prices every variant without a server of its own.
 
-How it measures, through the server's public API only (no flag the manifest does not carry):
+- A step of b sequences carrying m tokens each comes from the prefix cache: b block-aligned prefixes are cached
+  once, then each probe is a prefix plus m fresh tokens with `max_tokens=1`, the shape of a verification of
+  m - 1 drafted tokens (m = 1: a plain decoding step).
+- A "blocker" prompt sent first keeps the engine busy for one step, so the probes sent while it runs are all
+  scheduled in the next; the step is the time between the blocker's first token and the probes', so the path
+  back to the client cancels out.
+- Every trial is checked on the server's own counters (two engine steps, the intended tokens, the prefixes
+  cached) and on the client's clocks, and redone when it fails. A prefill is the same trial with one uncached
+  prompt as the probe.
+- Repeats are interleaved over the grid in a shuffled order after warm-up trials; the table holds each cell's
+  median. Every prompt carries a cache salt of its own, so nothing cached here serves a later request.
 
-- A step of b sequences carrying m tokens each is made from the prefix cache. b prefixes of `context` tokens (a
-  multiple of the KV block size: only full blocks are cached) are sent once; then each probe request is a
-  prefix plus m fresh tokens, `max_tokens=1`, so the engine computes exactly those m tokens over a cached context
-  and samples one: the shape of a verification of m - 1 drafted tokens (m = 1: a plain decoding step). vLLM 0.32
-  caches prefixes by default (`EngineArgs._set_default_chunked_prefill_and_prefix_caching_args` in
-  `vllm/engine/arg_utils.py`: on for decoder-only generation; off on CPU only for RISC-V and MLA models), in
-  blocks of 128 tokens on the CPU backend (`CpuPlatform.check_and_update_config` in `vllm/platforms/cpu.py`); a
-  fully cached prompt still recomputes its last block (`KVCacheManager.get_computed_blocks` in
-  `vllm/v1/core/kv_cache_manager.py` caps the hit at `num_tokens - 1`), hence m >= 1 fresh tokens after a
-  block-aligned prefix. The CPU attention backend runs every sequence through the same variable-length kernel,
-  whatever its query length (`CPUAttentionMetadataBuilder.build` in `vllm/v1/attention/backends/cpu_attn.py`),
-  so an extension of m tokens runs the kernels a verification of m - 1 drafts runs.
-- The b probes must land in one step, and the client-visible overhead of a request (HTTP, the API server,
-  detokenization: tens of ms) must not count. So each trial first sends a "blocker", an uncached prompt that
-  keeps the engine busy for one step; the probes, sent while it runs, wait in the engine's input queue and are
-  all scheduled in the next step (`EngineCore.run_busy_loop` drains its input queue between steps; the CPU
-  platform turns async scheduling off, so steps do not overlap). The step is the time between the blocker's
-  first token and the probes' first: both cross the same path back to the client, so its delay cancels, as it
-  does between two decoding steps (what `vllm bench serve` reports as the inter-token latency).
-- Every trial is checked on the server's own counters, read before and after it: exactly two engine steps with
-  output (the count of the `vllm:iteration_tokens_total` histogram), exactly the intended tokens computed (its
-  sum), and the prefixes served from the cache (`vllm:prompt_tokens_cached`); and on the client's clocks: every
-  probe's first token after the blocker's, and the probes' spread small against the step. A trial that fails is
-  redone (a longer blocker when the probes came in two steps, a later send when one joined the blocker's step).
-- Prefill by prompt length: the same trial with one uncached prompt of that length as the probe.
-- Repeats are interleaved over the grid (every cell once, then again, each sweep in its own shuffled order: in grid
-  order the first cells always followed the previous sweep's long prefills and measured slow) after untimed
-  warm-up trials; the table holds each cell's median. (A robust line per batch size through all its trials was
-  tried on two recorded real runs and predicted no better than the medians: not used.)
-
-The server's state for later requests: every prompt here carries a `cache_salt` of this measurement's own, so its
-cached blocks can never serve (or be served to) any request without that salt; they are ordinary free blocks
-that vLLM evicts first when it needs room (least recently used). `/reset_prefix_cache` is not needed (in 0.32 it
-exists only with `VLLM_SERVER_DEV_MODE=1`, which a manifest does not set). Prompt content is random token ids: it
-does not change the cost of a dense model's step (it would a mixture of experts' routing).
-
-Not included in a step: a speculative method's own proposal cost (vLLM's n-gram search runs after sampling,
-in the same step) and the logits of the drafted positions (a probe samples one position per sequence; a
-verification computes k + 1): `benchmarks/vllm_step_costs.py` measures the difference against real servers.
+Not in a step: a speculating server's proposer and the logits of its drafted positions (`predict.overhead` fits
+them). Why each step is shaped as it is, from vLLM's source: docs/how-it-works.md.
 """
 
 from __future__ import annotations
@@ -61,18 +32,13 @@ from typing import Any
 from runinfra_opt.engine.vllm import metrics
 from runinfra_opt.engine.vllm.client import CompletionRequest, OpenAIClient, RequestResult
 from runinfra_opt.errors import EngineError
-from runinfra_opt.load.stepcost import StepCostTable
+from runinfra_opt.predict.steptable import StepCostTable
 
 WARMUP_TRIALS = 2
 BLOCKER_TOKENS = 16
 """The blocker's first length; doubled (up to `MAX_BLOCKER_TOKENS`) when probes miss their step. Its prefill is
-most of a step trial's time, and it only has to outlast the probes' sending. On the float32 CPU server here
-(2026-12-04, 2 cores, one server, the grid of a json run at concurrency 4: 57 trials, batch sizes 1, 2, 4,
-prefills to 1,024) the whole measurement took 44.2 s with 64 tokens and 35.6-37.0 s with 16 (two alternating
-runs each), with no try redone and the same table within the machine's noise (each cell's mean over the two
-runs at 16 over that at 64: steps 0.95-1.03, mean 1.00; prefills 0.99-1.02; two runs at 64 differed by up to 9% in
-a cell); 8 tokens saved no more (35.6 s). Before 2026-12-03 it was 256 tokens (34-42 s a grid of then 20
-cells against 20-22 s with 64)."""
+most of a trial's time and it only has to outlast the probes' sending: 16 measures the same table as 64 in less
+time, and 8 saves no more (`benchmarks/results/vllm_stepcost_blocker.json`)."""
 MAX_BLOCKER_TOKENS = 2048
 """vLLM's CPU default `max_num_batched_tokens` for the API server: a longer blocker would take two steps."""
 LEAD_S = 0.01
@@ -360,8 +326,8 @@ async def _measure(
     cells = [("step", b, m) for b in batch_sizes for m in tokens] + [("prefill", 1, n) for n in prefill_lengths]
     trials: list[Trial] = []
     for sweep in range(repeats):  # every cell once, then again: drift hits all cells alike
-        # Each sweep in its own order: in grid order the first cells always followed the previous sweep's long
-        # prefills and measured slow (the decoding step at 42-44 ms against 29 ms in the first sweep).
+        # Each sweep in its own order: in grid order the first cells always follow the previous sweep's long
+        # prefills and measure slow.
         rng.shuffle(cells)
         for kind, batch, count in cells:
             trial = dataclasses.replace(await meter.trial(kind, batch, count), sweep=sweep)

@@ -27,7 +27,7 @@ probably measured on a busy machine: measure it again (once) when it came from t
 
 
 def restore(state: RunState) -> None:
-    from runinfra_opt.optimize.costmodel import CostModel
+    from runinfra_opt.predict.costmodel import CostModel
 
     if "fitted" in state.results.cost_model:  # a serving engine's step-cost table needs no state of its own
         state.cost = CostModel.from_dict(state.results.cost_model["fitted"])
@@ -35,7 +35,7 @@ def restore(state: RunState) -> None:
 
 def run(state: RunState) -> None:
     from runinfra_opt.engine.protocol import Capability, drafters_of, searches_of
-    from runinfra_opt.optimize.costmodel import fit_cost_model
+    from runinfra_opt.predict.costmodel import fit_cost_model
 
     assert state.engine is not None
     if Capability.STEP_COSTS in state.engine.capabilities:
@@ -88,7 +88,7 @@ def _baseline_prediction_error(state: RunState) -> float | None:
 
 def check(state: RunState) -> None:
     from runinfra_opt.engine.protocol import drafters_of, searches_of
-    from runinfra_opt.optimize.costmodel import fit_cost_model
+    from runinfra_opt.predict.costmodel import fit_cost_model
 
     results = state.results
     error = _baseline_prediction_error(state)

@@ -6,7 +6,8 @@ time. `predict` (before confirmation) fits the generate loop's overheads to the 
 (these predictions rank the candidates); `repredict` (after it) fits them to the confirmation's baseline
 repeats, timed interleaved with the candidates, so that predicted and measured figures come from the same
 stretch of time. Fills each variant's `predicted_requests` and `predicted`, and `results.cost_model`'s
-`calibrated` / `calibrated_after_confirm`. Cheap: both run again on resume.
+`calibrated` / `calibrated_after_confirm`. Cheap: both run again on resume. On a serving engine (`STEP_COSTS`)
+both phases run the serving predictor instead (`optimize.serving.predict`).
 """
 
 from __future__ import annotations
@@ -16,14 +17,15 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from runinfra_opt.methods import BASELINE, Variant
-from runinfra_opt.optimize.state import RunState, agreement_flags
+from runinfra_opt.optimize.simulate import simulate
+from runinfra_opt.optimize.state import RunState
 from runinfra_opt.records import RequestRecord
 from runinfra_opt.stats import summarize_with_intervals
 from runinfra_opt.workload.model import Request
 
 if TYPE_CHECKING:  # pragma: no cover
     from runinfra_opt.methods.simulation import ExpectedSimResult, SimResult
-    from runinfra_opt.optimize.costmodel import CostModel
+    from runinfra_opt.predict.costmodel import CostModel
 
 
 def run(state: RunState) -> None:
@@ -50,42 +52,6 @@ def _serving(state: RunState) -> bool:
 
     assert state.engine is not None
     return Capability.STEP_COSTS in state.engine.capabilities
-
-
-def _simulate(
-    state: RunState, variant: Variant, request: Request, *, max_tokens: int | None = None
-) -> SimResult | ExpectedSimResult | None:
-    """Simulated passes of `request` under `variant` from the profiling pass; `max_tokens` simulates a run
-    capped shorter than the baseline's (its greedy output is the baseline's, cut)."""
-    from runinfra_opt.methods import get_method
-    from runinfra_opt.methods.base import SimInput
-
-    assert state.engine is not None
-    base = state.baseline_records().get(request.id)
-    if base is None:
-        return None
-    prompts = state.engine.prompts
-    prompt = prompts.prompt_ids(request)
-    cap = prompts.max_new_tokens(request, min(max_tokens or state.max_tokens, state.max_tokens))
-    output = list(base.output_ids or [])[:cap]
-    method = get_method(variant.method)
-    drafter = method.drafter(variant)
-    agreement: list[bool] | None = None
-    acceptance: list[float] | None = None
-    if drafter is not None:
-        bits = state.results.profile.get("agreement", {}).get(drafter.role, {}).get(request.id)
-        agreement = agreement_flags(bits) if bits is not None else None
-        acceptance = state.results.profile.get("acceptance", {}).get(drafter.role, {}).get(request.id)
-    sim = SimInput(
-        prompt_ids=prompt,
-        output_ids=output,
-        eos_token_ids=prompts.eos_token_ids,
-        max_length=len(prompt) + cap,
-        greedy=request.greedy,
-        agreement=agreement,
-        acceptance=acceptance,
-    )
-    return method.simulate(variant, sim)
 
 
 def _predicted_result(
@@ -123,7 +89,7 @@ def _predict(state: RunState, *, after_confirm: bool = False) -> None:
     repeats, timed interleaved with the candidates, so that predicted and measured figures come from the same
     stretch of time (a burst of load during the single profiling pass does not skew the comparison). No
     speculative measurement of the confirmation enters either fit."""
-    from runinfra_opt.optimize.costmodel import predict_request
+    from runinfra_opt.predict.batch1 import predict_request
 
     assert state.engine is not None
     results = state.results
@@ -143,7 +109,7 @@ def _predict(state: RunState, *, after_confirm: bool = False) -> None:
     for variant in state.space:
         rows = []
         for request in state.requests:
-            sim = _simulate(state, variant, request)
+            sim = simulate(state, variant, request)
             if sim is None:
                 continue
             prompt_len = len(state.engine.prompts.prompt_ids(request))
@@ -163,7 +129,7 @@ def _fit_overheads(state: RunState, baseline: Sequence[RequestRecord]) -> CostMo
     """The measured cost model with generate-loop overheads fitted to `baseline` (measured baseline requests)
     and the per-round overheads to the calibration runs. `state.cost` itself stays the raw measured model."""
     from runinfra_opt.methods.simulation import SimResult
-    from runinfra_opt.optimize.costmodel import Observation, calibrate_overheads, calibrate_round_overhead
+    from runinfra_opt.predict.batch1 import Observation, calibrate_overheads, calibrate_round_overhead
 
     assert state.cost is not None
     base = state.baseline_records()
@@ -181,7 +147,7 @@ def _fit_overheads(state: RunState, baseline: Sequence[RequestRecord]) -> CostMo
         variant, request = by_name.get(name), requests.get(request_id)
         if variant is None or request is None or request.id not in base:
             continue
-        sim = _simulate(state, variant, request, max_tokens=items[0].get("max_tokens"))
+        sim = simulate(state, variant, request, max_tokens=items[0].get("max_tokens"))
         if isinstance(sim, SimResult):  # the median run: first token, and the time after it
             ttft = statistics.median(float(i["ttft_s"]) for i in items)
             after = statistics.median(float(i["e2e_s"]) - float(i["ttft_s"]) for i in items)

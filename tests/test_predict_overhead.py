@@ -1,4 +1,4 @@
-"""The speculative step terms (`runinfra_opt.load.overhead`): the fit recovers known terms from requests that a
+"""The speculative step terms (`runinfra_opt.predict.overhead`): the fit recovers known terms from requests that a
 server with those terms served (the predictor itself plays that server), keeps both terms >= 0, holds each
 variant out of its own fit, and the predictor charges them per sequence a step and per drafted token."""
 
@@ -7,10 +7,10 @@ from __future__ import annotations
 import pytest
 
 from runinfra_opt.load import Concurrency, LevelRun
-from runinfra_opt.load.figures import speculative_steps
-from runinfra_opt.load.overhead import NONE, Sample, SpecOverhead, fit, fit_drafted, leave_one_out, level_samples
-from runinfra_opt.load.predict import Corrections, RequestPasses, predict_run
-from runinfra_opt.load.stepcost import StepCostTable
+from runinfra_opt.predict.figures import speculative_steps
+from runinfra_opt.predict.overhead import NONE, Sample, SpecOverhead, fit, fit_drafted, leave_one_out, level_samples
+from runinfra_opt.predict.serving import Corrections, RequestPasses, predict_run
+from runinfra_opt.predict.steptable import StepCostTable
 from runinfra_opt.workload.model import Request
 
 TABLE = StepCostTable(batch_sizes=(1, 2), tokens=(1, 9), seconds=((0.030, 0.034), (0.032, 0.040)), prefill=((1, 0.05),))

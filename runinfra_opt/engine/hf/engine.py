@@ -213,7 +213,7 @@ class HFEngine:
             return str(exc)
         return None
 
-    # ---- capabilities: profiling and the cost table (see hf_profile, hf_cost) --------------------------------
+    # ---- capabilities: profiling and the cost table (see profile, cost) --------------------------------
 
     def _drafter_model(self, drafter: Drafter) -> LoadedModel:
         assert drafter.model is not None
@@ -224,7 +224,7 @@ class HFEngine:
 
     def agreement(self, drafters: Sequence[Drafter], sequences: Sequence[TokenSequence]) -> dict[str, list[list[bool]]]:
         """Teacher-forced agreement of each drafter (every early-exit layer from one target pass)."""
-        from runinfra_opt.engine.hf_profile import early_exit_agreement, teacher_forced_agreement
+        from runinfra_opt.engine.hf.profile import early_exit_agreement, teacher_forced_agreement
 
         out: dict[str, list[list[bool]]] = {}
         for drafter in drafters:
@@ -244,7 +244,7 @@ class HFEngine:
         temperature: Sequence[float],
         top_p: Sequence[float | None],
     ) -> list[list[float]]:
-        from runinfra_opt.engine.hf_profile import acceptance_probabilities
+        from runinfra_opt.engine.hf.profile import acceptance_probabilities
 
         draft = self._drafter_model(drafter) if drafter.model is not None else None
         return acceptance_probabilities(
@@ -252,7 +252,7 @@ class HFEngine:
         )
 
     def cost_steps(self, drafters: Sequence[Drafter], *, quick: bool = False) -> int:
-        from runinfra_opt.engine.hf_cost import planned_steps
+        from runinfra_opt.engine.hf.cost import planned_steps
 
         models = sum(1 for d in drafters if d.model is not None)
         return planned_steps(models, len(drafters) - models, quick=quick)
@@ -266,7 +266,7 @@ class HFEngine:
         on_step: Callable[[str], None] | None = None,
         searches: Sequence[CandidateSearch] = (),
     ) -> tuple[list[Any], dict[str, Any]]:
-        from runinfra_opt.engine.hf_cost import measure_costs
+        from runinfra_opt.engine.hf.cost import measure_costs
 
         return measure_costs(
             self.target,

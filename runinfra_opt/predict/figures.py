@@ -1,5 +1,6 @@
-"""A load level's headline figures as `runinfra_opt.load.metrics.level_metrics` computes them, without its
-bootstrap, and the trimmed means the serving predictor's calibration fits to (`runinfra_opt.load.predict`)."""
+"""What the serving predictor's calibration reads off measured runs: a level's headline figures as
+`load.metrics.level_metrics` computes them (without its bootstrap) with the trimmed means it fits to, and the engine
+steps a streamed run shows (plain decoding steps, a speculating server's steps)."""
 
 from __future__ import annotations
 

@@ -11,24 +11,22 @@ from typing import Any
 
 import pytest
 
-from runinfra_opt.engine.vllm.server import ServerConfig, VllmServer
+from runinfra_opt.engine.vllm.args import ServerConfig
+from runinfra_opt.engine.vllm.server import VllmServer
 from runinfra_opt.load import Concurrency, LevelRun, LoadLevel, LoadRecord, Rate, Replay, level_metrics
-from runinfra_opt.load.figures import decode_steps
-from runinfra_opt.load.predict import (
+from runinfra_opt.methods.simulation import SimResult, simulate_baseline
+from runinfra_opt.predict.calibrate import MIN_DECODE_STEPS, calibrate, predict_level
+from runinfra_opt.predict.figures import decode_steps, figures
+from runinfra_opt.predict.serving import (
     FRONT_GAP_S,
-    MIN_DECODE_STEPS,
     Corrections,
     RequestPasses,
     SchedulerLimits,
-    calibrate,
-    figures,
     passes_from_rounds,
     passes_of,
-    predict_level,
     predict_run,
 )
-from runinfra_opt.load.stepcost import StepCostTable
-from runinfra_opt.methods.simulation import SimResult, simulate_baseline
+from runinfra_opt.predict.steptable import StepCostTable
 from runinfra_opt.workload.model import Request
 
 
@@ -399,12 +397,12 @@ def test_the_prediction_of_the_stand_in_server_is_within_15_percent(
 def test_the_baseline_is_calibrated_on_the_lengths_its_run_served() -> None:
     """Under load vLLM's greedy output is not batch-invariant: a request may stop elsewhere than at batch 1, and the
     baseline's calibration serves what its measured run served (the median over repeats)."""
-    from runinfra_opt.optimize.serving import _as_served
+    from runinfra_opt.predict.calibrate import as_served
 
     items = [_item(0, 4), _item(1, 6)]
     runs = [predict_run(Concurrency(2), [_item(0, 9), _item(1, 6)], CONSTANT) for _ in range(3)]
     runs[0] = predict_run(Concurrency(2), [_item(0, 2), _item(1, 6)], CONSTANT)
-    served = {p.request.id: p for p in _as_served(items, runs)}
+    served = {p.request.id: p for p in as_served(items, runs)}
     assert served["r0"].output_tokens == 9  # 2, 9, 9: the median
     assert served["r0"].passes == ((1, 1),) * 8
     assert served["r1"] == items[1]
@@ -414,7 +412,7 @@ def test_the_batch1_calibration_pools_the_baselines_repeats() -> None:
     """Each measured repeat is one pass over the requests every repeat holds; calibrated on a slow and a fast repeat,
     the baseline's prediction lands on their pooled tokens/s (as its measured figure pools them), not on the slower
     record of each request."""
-    from runinfra_opt.optimize.serving import calibration_runs
+    from runinfra_opt.predict.calibrate import calibration_runs
     from runinfra_opt.records import RequestRecord
 
     items = [_item(i, 20) for i in range(3)]

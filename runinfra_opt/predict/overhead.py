@@ -1,29 +1,18 @@
-"""What a speculative server's steps cost beyond the step-cost table: fitted on confirmed variants, held out.
+"""What a speculating server's steps cost beyond the step-cost table, fitted on the timed speculative variants and
+held out of each one's own prediction.
 
-The step-cost table (`runinfra_opt.load.stepcost`) is measured on the baseline's server with prefix-cache probes
-that sample one position per sequence. A server that speculates does more in every step: its proposer runs after
-sampling (vLLM's n-gram search, even in a step that verified nothing), and a verification computes logits at every
-drafted position, not one. Measured against real n-gram servers here, those steps cost 1.06-1.23x the table's
-when nothing was drafted and 1.17-1.19x with 2 or 8 drafts at batch 1 (`benchmarks/results/vllm_step_costs-*`).
-The baseline's timings cannot show either cost (it drafts nothing), so the serving predictor fits two terms on
-the speculative variants that confirmation timed:
+The table is measured with probes that sample one position per sequence; a speculating server also runs its
+proposer in every step and computes logits at every drafted position (measured against real n-gram servers:
+`benchmarks/results/vllm_step_costs.json`). The baseline cannot show either cost, so two terms are fitted on the
+confirmed speculative variants:
 
     extra seconds of one step = step_s x (sequences sampling in it) + drafted_token_s x (tokens drafted in it)
 
-At batch 1 a request's measured end-to-end time minus its prediction without them is then
-`step_s x steps + drafted_token_s x drafted` (steps: the prefill and every verification; drafted: the simulated
-proposals, exact for n-gram), one equation per request; `fit` solves them by least squares with both terms
->= 0 (a term that would come out negative is dropped and the other refitted alone).
-
-Held out: the figure predicted for a confirmed variant uses the terms fitted on the *other* confirmed variants
-only (`leave_one_out`), so what the results show next to its measurement is a prediction, not a fit of itself;
-a variant that was not timed uses the terms fitted on all of them. With a single confirmed speculative variant
-its own prediction gets no terms (nothing else to fit on), and says so.
-
-Under load the batch-1 terms do not carry (json, 2026-12-03b: steps of four n-gram 4/k4 sequences took 70 ms where
-the table with them gave 60), so at each load level the per-drafted-token term is fitted again (`fit_drafted`) on
-the timed variants' measured decoding steps there (`level_samples`), the per-sequence term held at its batch-1
-value (a few timed variants' steps cannot pin both), held out in the same way.
+At batch 1 each request gives one equation (measured minus predicted end-to-end time); `fit` solves them by least
+squares with both terms >= 0. A timed variant's prediction uses the terms fitted on the other variants only
+(`leave_one_out`), so what is shown beside its measurement is a prediction, not a fit of itself. Under load the
+per-drafted-token term is fitted again per level on the timed variants' measured decoding steps (`level_samples`,
+`fit_drafted`), the per-sequence term held at its batch-1 value.
 """
 
 from __future__ import annotations
@@ -33,11 +22,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from runinfra_opt.load.figures import speculative_steps
+from runinfra_opt.predict.figures import speculative_steps
 
 if TYPE_CHECKING:  # pragma: no cover
     from runinfra_opt.load.runner import LevelRun
-    from runinfra_opt.load.stepcost import StepCostTable
+    from runinfra_opt.predict.steptable import StepCostTable
 
 
 @dataclass(frozen=True)

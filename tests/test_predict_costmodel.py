@@ -10,15 +10,14 @@ import pytest
 from runinfra_opt.methods import BASELINE, Variant
 from runinfra_opt.methods.ngram import simulate_ngram
 from runinfra_opt.methods.simulation import expected_sampled, simulate_baseline, simulate_draft
-from runinfra_opt.optimize.costmodel import (
-    CostModel,
+from runinfra_opt.predict.batch1 import (
     Observation,
     calibrate_overheads,
     calibrate_round_overhead,
-    fit_cost_model,
     ideal_speedup,
     predict_request,
 )
+from runinfra_opt.predict.costmodel import CostModel, fit_cost_model
 
 
 @dataclass(frozen=True)

@@ -1,36 +1,18 @@
-"""A serving engine's measured step-cost table: what one scheduler step of the target takes, by the number of
-sequences in the batch and the tokens each sequence carries in that step (1 for plain decoding, up to k + 1
-when k drafted tokens are verified), and what a prefill takes by prompt length.
+"""A serving engine's measured step-cost table: what one scheduler step of the target takes by the number of
+sequences in the batch and the tokens each carries in it (1 for plain decoding, k + 1 when k drafted tokens are
+verified), and what a prefill takes by prompt length.
 
-The serving-engine predictor (`runinfra_opt.load.predict`) turns simulated speculative rounds into time with
-it; `runinfra_opt.engine.vllm.stepcost` measures it on a running baseline server. It is data: measured points
-and their interpolation, nothing fitted to a formula (verification on a CPU is neither free nor linear in the
-tokens per sequence: FACTS.md). The serving predictor reads it `monotone()`: see there. Nothing here imports numpy
-at import time.
+The engine measures it (`runinfra_opt.engine.vllm.stepcost`); the serving predictor (`predict.serving`) prices
+simulated rounds with it. It is measured points and their interpolation, not a formula: verification on a CPU is
+neither free nor linear in the tokens per sequence. Nothing here imports numpy at import time.
 """
 
 from __future__ import annotations
 
-from bisect import bisect_left
-from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-
-def interpolate(points: Sequence[tuple[float, float]], x: float) -> float:
-    """Piecewise linear through sorted (x, y) points; outside them, linear along the end segment; a single point
-    is a constant. Never below 0."""
-    if not points:
-        raise ValueError("no points to interpolate")
-    if len(points) == 1:
-        return max(points[0][1], 0.0)
-    xs = [p[0] for p in points]
-    i = bisect_left(xs, x)
-    if i < len(xs) and xs[i] == x:
-        return max(points[i][1], 0.0)
-    lo, hi = (0, 1) if i <= 0 else (len(points) - 2, len(points) - 1) if i >= len(points) else (i - 1, i)
-    (x0, y0), (x1, y1) = points[lo], points[hi]
-    return max(y0 + (y1 - y0) * (x - x0) / (x1 - x0), 0.0)
+from runinfra_opt.predict.interpolate import interpolate
 
 
 @dataclass(frozen=True)
@@ -83,12 +65,9 @@ class StepCostTable:
     def monotone(self) -> StepCostTable:
         """The same table with every batch size's row made non-decreasing in the tokens per sequence: the least-squares
         non-decreasing fit of the measured cells (scipy's `isotonic_regression`; a row that already rises is kept
-        as measured). A step that carries more tokens does not cost less on vLLM's CPU server, but single cells of
-        the batch-1 row did measure less than their neighbours (one probe per trial, the median of 3 sweeps, e.g.
-        41.7 / 42.4 / 34.5 / 47.6 ms at 1 / 2 / 3 / 5 tokens), and the speculating servers' steps did not follow
-        them: re-predicting the nine exhaustive runs recorded 2026-12-02 to 12-03d (`benchmarks/repredict.py`),
-        variants within 10% at batch 1 went from 112 to 116 of 144 (mean error 6.9% to 6.0%) and within 15% at
-        concurrency 4 from 115 to 113 (mean 10.9% to 10.2%)."""
+        as measured). A step that carries more tokens does not cost less on vLLM's CPU server, but single noisy
+        cells can measure less than their neighbours, and the speculating servers' steps do not follow them
+        (re-predicting the recorded runs with and without it: `benchmarks/repredict.py`)."""
         from scipy.optimize import isotonic_regression
 
         rows = tuple(tuple(float(s) for s in isotonic_regression(row).x) for row in self.seconds)

@@ -2,7 +2,7 @@
 
 import pytest
 
-from runinfra_opt.load.stepcost import StepCostTable
+from runinfra_opt.predict.steptable import StepCostTable
 
 
 def table() -> StepCostTable:

@@ -1,22 +1,14 @@
-"""The transformers engine's cost-table capability: what a forward pass costs on this device, for the cost
-model that predicts each variant's time.
+"""The transformers engine's cost-table capability: what a forward pass and a candidate search cost on this device,
+as `predict.costmodel.CostSample`s that the cost model is fitted from.
 
-For the target: a forward over k = 1..17 new tokens with a KV cache already holding `context` tokens
-(verification of k-1 drafted tokens + 1), at two context lengths, and a prefill at several prompt lengths.
-For each draft: prefill and forwards of a few tokens (drafting is mostly one token at a time). For each
-early-exit layer L: the same as a draft, through the target's first L layers + norm + head (what
-transformers' early-exit drafting runs). For prompt lookup (a method with a `CandidateSearch`): transformers' own
-candidate search (`PromptLookupCandidateGenerator.get_candidates`) timed over synthetic sequences of several
-lengths, scanning 1..N n-gram sizes without a match and returning 1..16 candidates after a match
-(`measure_prompt_lookup_search`): its cost grows with the context and the n-gram sizes tried, and is the part of a
-round that differs between prompt-lookup variants. The fastest of a few runs after a warm-up (interference from other
-processes only ever adds time; the generate loop's typical overheads are fitted later from the measured
-baseline, see `costmodel.calibrate_overheads`); clocks read after a CUDA
-synchronize. Verification is not free on a CPU and T(k) is not monotonic in k, so it is a measured table.
+For the target: forwards over k = 1..17 new tokens over a KV cache of two context lengths (a verification of k - 1
+drafted tokens), and prefills at several prompt lengths; for each draft and early-exit layer, the same over a few
+tokens; for prompt lookup, transformers' own candidate search timed over synthetic sequences (its cost grows with
+the context and the n-gram sizes tried). Each sample is the fastest of a few runs after a warm-up (interference
+only adds time), with clocks read after a CUDA synchronize.
 
-Measured samples are cached per model under `cache_dir()/costmodels/<model hash>-<device>-<dtype>-t<threads>.json`
-so later runs skip the measurement (`--remeasure-cost` forces it). Each file is read, completed and written
-under a file lock: a second process measuring the same model waits, then reuses the samples.
+Samples are cached per model under `cache_dir()/costmodels/<model hash>-<device>-<dtype>-t<threads>.json`, read,
+completed and written under a file lock (`--remeasure-cost` measures again).
 """
 
 from __future__ import annotations
@@ -25,7 +17,6 @@ import functools
 import json
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +24,7 @@ from runinfra_opt.fsutil import atomic_write_text
 from runinfra_opt.locks import cache_lock
 from runinfra_opt.methods.base import CandidateSearch
 from runinfra_opt.models import cache_dir
+from runinfra_opt.predict.costmodel import CostSample
 
 COST_CACHE_VERSION = 2
 TARGET_TOKENS = tuple(range(1, 18))
@@ -46,33 +38,6 @@ SEARCH_CANDIDATES = (1, 2, 4, 8, 16)
 SEARCH_MIN_SIZES = 3
 """N-gram sizes measured at least (the default space's largest); more when the space asks for more."""
 SEARCH_REPEATS = 15
-
-
-@dataclass(frozen=True)
-class CostSample:
-    """One measured time (the fastest of `runs`): `role` is `target`, `draft:<spec>` or `early_exit:<layer>`."""
-
-    role: str
-    kind: str
-    """`forward` (k new tokens over a cache of `context`) or `prefill` (k prompt tokens, empty cache)."""
-    tokens: int
-    context: int
-    seconds: float
-    runs: int
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> CostSample:
-        return cls(
-            role=str(data["role"]),
-            kind=str(data["kind"]),
-            tokens=int(data["tokens"]),
-            context=int(data["context"]),
-            seconds=float(data["seconds"]),
-            runs=int(data.get("runs", 1)),
-        )
 
 
 def _sync(device: Any) -> None:

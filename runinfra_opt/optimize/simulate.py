@@ -1,0 +1,49 @@
+"""Every variant's simulated passes of one request of the run, replayed from the baseline pass's output and the
+profile (the drafters' agreement and acceptance): what both predictors (in-process and serving) turn into time."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from runinfra_opt.methods import Variant
+from runinfra_opt.optimize.state import RunState, agreement_flags
+from runinfra_opt.workload.model import Request
+
+if TYPE_CHECKING:  # pragma: no cover
+    from runinfra_opt.methods.simulation import ExpectedSimResult, SimResult
+
+
+def simulate(
+    state: RunState, variant: Variant, request: Request, *, max_tokens: int | None = None
+) -> SimResult | ExpectedSimResult | None:
+    """Simulated passes of `request` under `variant` from the profiling pass; `max_tokens` simulates a run
+    capped shorter than the baseline's (its greedy output is the baseline's, cut)."""
+    from runinfra_opt.methods import get_method
+    from runinfra_opt.methods.base import SimInput
+
+    assert state.engine is not None
+    base = state.baseline_records().get(request.id)
+    if base is None:
+        return None
+    prompts = state.engine.prompts
+    prompt = prompts.prompt_ids(request)
+    cap = prompts.max_new_tokens(request, min(max_tokens or state.max_tokens, state.max_tokens))
+    output = list(base.output_ids or [])[:cap]
+    method = get_method(variant.method)
+    drafter = method.drafter(variant)
+    agreement: list[bool] | None = None
+    acceptance: list[float] | None = None
+    if drafter is not None:
+        bits = state.results.profile.get("agreement", {}).get(drafter.role, {}).get(request.id)
+        agreement = agreement_flags(bits) if bits is not None else None
+        acceptance = state.results.profile.get("acceptance", {}).get(drafter.role, {}).get(request.id)
+    sim = SimInput(
+        prompt_ids=prompt,
+        output_ids=output,
+        eos_token_ids=prompts.eos_token_ids,
+        max_length=len(prompt) + cap,
+        greedy=request.greedy,
+        agreement=agreement,
+        acceptance=acceptance,
+    )
+    return method.simulate(variant, sim)
