@@ -10,6 +10,7 @@ from runinfra_opt import stats
 from runinfra_opt.errors import NoFeasibleVariantError
 from runinfra_opt.exitcodes import ExitCode
 from runinfra_opt.methods import BASELINE, Variant
+from runinfra_opt.objective import Objective
 from runinfra_opt.optimize.select import decide, per_category
 from runinfra_opt.records import RequestRecord
 from runinfra_opt.results import ModelInfo, RunResults, Summary, VariantResult
@@ -77,7 +78,7 @@ def _results(*variants: VariantResult, base_ttft_ms: float = 100, base_noise: fl
 
 def test_throughput_picks_the_fastest_significant_variant() -> None:
     results = _results(_variant(NGRAM4, _records(1.6, 110, seed=2)), _variant(SMALL, _records(1.3, 130, seed=3)))
-    decision = decide(results, priority="throughput")
+    decision = decide(results, Objective(priority="throughput"))
     assert decision.winner == NGRAM4.name
     assert decision.speculation
     assert decision.gain is not None
@@ -90,7 +91,7 @@ def test_throughput_picks_the_fastest_significant_variant() -> None:
 
 def test_gain_within_noise_means_baseline_wins() -> None:
     results = _results(_variant(NGRAM4, _records(1.08, 100, noise=0.6, seed=2)), base_noise=0.6)
-    decision = decide(results, priority="throughput", min_speedup=1.0)
+    decision = decide(results, Objective(priority="throughput", min_speedup=1.0))
     assert decision.winner == "baseline"
     assert not decision.speculation
     assert decision.reason.startswith("speculation does not pay on this traffic:")
@@ -99,7 +100,7 @@ def test_gain_within_noise_means_baseline_wins() -> None:
 
 def test_gain_under_min_speedup_is_ruled_out_and_baseline_wins() -> None:
     results = _results(_variant(NGRAM4, _records(1.03, 100, seed=2)))
-    decision = decide(results, priority="throughput", min_speedup=1.05)
+    decision = decide(results, Objective(priority="throughput", min_speedup=1.05))
     assert decision.winner == "baseline"
     ngram = results.variant(NGRAM4.name)
     assert ngram is not None
@@ -111,10 +112,10 @@ def test_gain_under_min_speedup_is_ruled_out_and_baseline_wins() -> None:
 
 def test_require_speedup_sets_the_gate_exit_code_when_baseline_wins() -> None:
     results = _results(_variant(NGRAM4, _records(0.9, 100, seed=2)))
-    decision = decide(results, priority="throughput", require_speedup=True)
+    decision = decide(results, Objective(priority="throughput", require_speedup=True))
     assert decision.winner == "baseline"
     assert decision.exit_code == int(ExitCode.GATE_FAILED)
-    assert decide(_results(_variant(NGRAM4, _records(1.5, 100))), require_speedup=True).exit_code == 0
+    assert decide(_results(_variant(NGRAM4, _records(1.5, 100))), Objective(require_speedup=True)).exit_code == 0
 
 
 def test_ties_within_one_percent_go_to_the_simpler_variant() -> None:
@@ -151,7 +152,7 @@ def test_output_mismatch_disqualifies_and_is_listed() -> None:
 
 def test_max_ttft_constraint_rules_out_and_says_which() -> None:
     results = _results(_variant(SMALL, _records(2.0, 300, seed=2)), _variant(NGRAM4, _records(1.4, 120, seed=3)))
-    decision = decide(results, max_ttft_ms=200)
+    decision = decide(results, Objective(max_ttft_ms=200))
     assert decision.winner == NGRAM4.name
     small = results.variant(SMALL.name)
     assert small is not None
@@ -162,7 +163,7 @@ def test_max_ttft_constraint_rules_out_and_says_which() -> None:
 
 def test_max_ttft_regression_constraint() -> None:
     results = _results(_variant(SMALL, _records(2.0, 150, seed=2)), _variant(NGRAM4, _records(1.4, 105, seed=3)))
-    decision = decide(results, max_ttft_regression=0.10)
+    decision = decide(results, Objective(max_ttft_regression=0.10))
     assert decision.winner == NGRAM4.name
     small = results.variant(SMALL.name)
     assert small is not None
@@ -174,7 +175,7 @@ def test_max_ttft_regression_constraint() -> None:
 
 def test_infeasible_baseline_lets_a_feasible_variant_win() -> None:
     results = _results(_variant(NGRAM4, _records(1.5, 80, seed=2)), base_ttft_ms=120)
-    decision = decide(results, max_ttft_ms=100)
+    decision = decide(results, Objective(max_ttft_ms=100))
     assert decision.winner == NGRAM4.name
     assert "ruled out" in decision.reason
 
@@ -182,14 +183,14 @@ def test_infeasible_baseline_lets_a_feasible_variant_win() -> None:
 def test_impossible_constraints_raise_no_feasible() -> None:
     results = _results(_variant(NGRAM4, _records(1.5, 110, seed=2)))
     with pytest.raises(NoFeasibleVariantError, match="not even the baseline") as info:
-        decide(results, max_ttft_ms=1)
+        decide(results, Objective(max_ttft_ms=1))
     assert "baseline: TTFT p95" in str(info.value)
     assert info.value.exit_code == ExitCode.NO_FEASIBLE
 
 
 def test_ttft_priority_picks_the_lowest_ttft() -> None:
     results = _results(_variant(SMALL, _records(1.2, 60, seed=2)), _variant(NGRAM4, _records(1.6, 95, seed=3)))
-    decision = decide(results, priority="ttft", percentile="p90")
+    decision = decide(results, Objective(priority="ttft", percentile="p90"))
     assert decision.winner == SMALL.name
     assert decision.priority == "ttft"
     assert "TTFT p90" in decision.reason
@@ -198,7 +199,7 @@ def test_ttft_priority_picks_the_lowest_ttft() -> None:
 def test_ttft_alias_and_throughput_breaks_statistical_ties() -> None:
     # n-gram's TTFT equals the baseline's within noise; it is faster in throughput, so it wins the tie.
     results = _results(_variant(NGRAM4, _records(1.5, 100, noise=0.2, seed=2)), base_noise=0.2)
-    decision = decide(results, priority="first-token-latency")
+    decision = decide(results, Objective(priority="first-token-latency"))
     assert decision.priority == "ttft"
     assert decision.winner == NGRAM4.name
     assert "tied with the baseline" in decision.reason
@@ -206,7 +207,7 @@ def test_ttft_alias_and_throughput_breaks_statistical_ties() -> None:
 
 def test_ttft_priority_baseline_wins_when_speculation_slows_first_token() -> None:
     results = _results(_variant(SMALL, _records(1.8, 200, seed=2)))
-    decision = decide(results, priority="ttft")
+    decision = decide(results, Objective(priority="ttft"))
     assert decision.winner == "baseline"
     assert decision.reason.startswith("speculation does not pay on this traffic:")
 
@@ -218,7 +219,7 @@ def test_predicted_only_variants_get_predicted_constraint_notes_but_never_win() 
         predicted=Summary(tokens_per_s=100.0, ttft_s={"p95": 0.5}),
     )
     results = _results(predicted, _variant(NGRAM4, _records(1.4, 100, seed=3)))
-    decision = decide(results, max_ttft_ms=200)
+    decision = decide(results, Objective(max_ttft_ms=200))
     assert decision.winner == NGRAM4.name
     assert predicted.ruled_out == ["predicted TTFT p95 500 ms > --max-ttft-ms 200"]
 
@@ -231,7 +232,7 @@ def test_per_category_best_and_gain() -> None:
     assert cats["summarize"].speedup == pytest.approx(2.0, rel=0.03)
     assert cats["summarize"].requests == REQUESTS // 2
     assert cats["chat"].best == "baseline"
-    decision = decide(results, min_speedup=1.05)
+    decision = decide(results, Objective(min_speedup=1.05))
     assert {c.category for c in decision.per_category} == {"summarize", "chat"}
 
 
@@ -256,7 +257,7 @@ def test_unknown_priority_and_missing_baseline_are_user_errors() -> None:
     from runinfra_opt.errors import UserInputError
 
     with pytest.raises(UserInputError, match="unknown priority"):
-        decide(_results(), priority="latency")
+        decide(_results(), Objective(priority="latency"))
     empty = RunResults(run_id="t", created_at="x", variants=[])
     with pytest.raises(UserInputError, match="no measured baseline"):
         decide(empty)
@@ -278,13 +279,13 @@ def test_a_k_schedule_that_was_not_written_never_wins() -> None:
         levels=["concurrency:1", "concurrency:4"],
         schedule=KSchedule(variant=schedule.name, schedule=[[1, 2, 8], [3, 1024, 2]], built_from={}, reason=reason),
     )
-    decision = decide(results, priority="throughput")
+    decision = decide(results, Objective(priority="throughput"))
     assert decision.winner == k8.name
     measured = results.variant(schedule.name)
     assert measured is not None
     assert measured.ruled_out == [f"k schedule {reason}"]
     results.load.schedule.written = True  # the same figures, written: it wins
-    assert decide(results, priority="throughput").winner == schedule.name
+    assert decide(results, Objective(priority="throughput")).winner == schedule.name
 
 
 def _beside(records: list[RequestRecord], trial: str) -> list[RequestRecord]:
