@@ -3,14 +3,14 @@
 An `Objective` is the priority (the figure to rank on), the TTFT percentile, the constraints that rule a
 variant out and the speed-up a speculative winner must reach. The CLI builds it once; the batch-1 decision
 (`optimize.select`), each load level's decision (`optimize.underload`), the candidate ordering of the
-confirmation phases and the reports all read the priority through it, so a new priority is one `Measure`
-in `PRIORITIES`. `rank` is the ranking both decisions share: best figure first, and among figures within
-`TIE` of the best, the simplest variant.
+confirmation phases and the reports read the priority through its properties (`measure`, `score`, `ratio`,
+`threshold`), never by comparing its name. `rank` is the ranking both decisions share: best figure first, and
+among figures within `TIE` of the best, the simplest variant.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar
 
@@ -67,21 +67,20 @@ class Figures(Protocol):
 
 
 T = TypeVar("T")
+F = TypeVar("F", bound=Figures)
 
 
-def rank(candidates: Sequence[T], score: Callable[[T], float | None], simplicity: Callable[[T], Hashable]) -> list[T]:
-    """`candidates` best first by `score` (higher is better): the best is the simplest among those within `TIE`
-    of the highest score, the next the same among the rest, and so on. Candidates without a score go last."""
-    scored = [c for c in candidates if score(c) is not None]
-    left = sorted(scored, key=lambda c: -(score(c) or 0.0))
+def rank(candidates: Sequence[T], score: Callable[[T], float | None], simplicity: Callable[[T], Any]) -> list[T]:
+    """`candidates` best first by `score` (higher is better): first the simplest (smallest `simplicity` key)
+    among those within `TIE` of the highest score, then the same among the rest, and so on. Candidates without
+    a score go last, in their order."""
+    scored = sorted(((s, c) for c in candidates if (s := score(c)) is not None), key=lambda item: -item[0])
     out: list[T] = []
-    while left:
-        best = score(left[0]) or 0.0
+    while scored:
+        best = scored[0][0]
         floor = best * (1 - TIE) if best >= 0 else best * (1 + TIE)
-        tied = [c for c in left if (score(c) or 0.0) >= floor]
-        chosen = min(tied, key=simplicity)  # type: ignore[arg-type]
-        out.append(chosen)
-        left.remove(chosen)
+        tied = [i for i, (s, _) in enumerate(scored) if s >= floor]
+        out.append(scored.pop(min(tied, key=lambda i: simplicity(scored[i][1])))[1])
     return out + [c for c in candidates if score(c) is None]
 
 
@@ -182,10 +181,6 @@ class Objective:
         """The priority in words, with the percentile where it is ranked on: `throughput`, `ttft (p95)`."""
         return f"{self.priority} ({self.percentile})" if self.on_ttft else self.priority
 
-    @property
-    def percentile_q(self) -> float:
-        return float(self.percentile.removeprefix("p"))
-
     def score(self, tokens_per_s: float | None, ttft_s: float | None) -> float | None:
         """The ranked figure as a score, higher is better (tokens/s, or minus the TTFT); None when missing."""
         if self.on_ttft:
@@ -202,9 +197,9 @@ class Objective:
     def score_of(self, candidate: Figures) -> float | None:
         return self.score(candidate.tokens_per_s, candidate.ttft_s)
 
-    def rank(self, candidates: Sequence[T], simplicity: Callable[[T], Hashable]) -> list[T]:
-        """`rank` by this objective's figure (candidates with `tokens_per_s` and `ttft_s`)."""
-        return rank(candidates, self.score_of, simplicity)  # type: ignore[arg-type]
+    def rank(self, candidates: Sequence[F], simplicity: Callable[[F], Any]) -> list[F]:
+        """`rank` by this objective's figure."""
+        return rank(candidates, self.score_of, simplicity)
 
     def sort_key(self, tokens_per_s: float | None, ttft_s: float | None) -> tuple[float, float]:
         """Ascending sort key, best first: the ranked figure, then the higher throughput (missing: last)."""

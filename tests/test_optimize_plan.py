@@ -5,7 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from typer.testing import CliRunner
 
+from runinfra_opt.cli.app import app
 from runinfra_opt.errors import UserInputError
 from runinfra_opt.methods import Variant
 from runinfra_opt.methods.early_exit import default_exit_layers
@@ -23,6 +25,33 @@ def test_priorities_and_aliases() -> None:
     assert parse_priority("TTFT") == "ttft"
     with pytest.raises(UserInputError, match="available: throughput, ttft, first-token-latency"):
         parse_priority("speed")
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--priority", "speed"], "--priority speed: unknown priority; available: throughput, ttft"),
+        (["--percentile", "p42"], "--percentile p42: expected one of p50, p90, p95, p99"),
+        (["--min-speedup", "0"], "--min-speedup 0.0: must be > 0"),
+    ],
+)
+def test_a_bad_objective_option_exits_2_naming_it(
+    runner: CliRunner, tmp_path: Path, args: list[str], message: str
+) -> None:
+    result = runner.invoke(app, ["optimize", "--methods", "ngram", "--runs-dir", str(tmp_path / "runs"), *args])
+    assert result.exit_code == 2, result.output
+    assert message in result.output
+    assert not (tmp_path / "runs").exists()
+
+
+def test_objective_parses_aliases_once() -> None:
+    objective = Objective.parse(" First-Token-Latency ", "p90", max_ttft_ms=250.0)
+    assert objective == Objective(priority="ttft", percentile="p90", max_ttft_ms=250.0)
+    assert objective.measure.words == "TTFT"
+    assert objective.figure == "TTFT p90"
+    assert objective.text == "ttft (p90)"
+    assert Objective().text == "throughput"
+    assert Objective.from_dict({"priority": "ttft", "percentile": 95}).percentile == "p95"
 
 
 def test_list_options_parse_repeated_and_comma_separated() -> None:

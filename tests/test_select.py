@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from typing import Any
 
 import pytest
 
@@ -13,7 +14,7 @@ from runinfra_opt.methods import BASELINE, Variant
 from runinfra_opt.objective import Objective
 from runinfra_opt.optimize.select import decide, per_category
 from runinfra_opt.records import RequestRecord
-from runinfra_opt.results import ModelInfo, RunResults, Summary, VariantResult
+from runinfra_opt.results import Interval, LevelMetrics, LevelResult, ModelInfo, RunResults, Summary, VariantResult
 
 REQUESTS = 12
 REPEATS = 2
@@ -315,3 +316,78 @@ def test_candidates_timed_beside_the_baseline_rank_by_their_paired_ratio() -> No
     assert stats.own_repeats(base.measured_requests) == own
     # untagged records (variants interleaved in one process) are ranked by their own tokens/s, as before
     assert stats.comparable_tokens_per_s(own, base.measured_requests) == stats.tokens_per_s(own)
+
+
+LEVEL = "concurrency:1"
+
+
+def _at_level_too(result: VariantResult, speed: float, ttft_ms: float) -> VariantResult:
+    """The same figures as the batch-1 records (20 tokens/s x `speed`, TTFT `ttft_ms`), measured at `LEVEL`."""
+    tokens = 20 * speed
+    metrics = LevelMetrics(
+        level=LEVEL, description=LEVEL, runs=1, requests=REQUESTS, succeeded=REQUESTS, failed=0, windows=[],
+        output_tokens_per_s=Interval(value=tokens, low=tokens * 0.99, high=tokens * 1.01), requests_per_s=1.0,
+        ttft_s={"p95": ttft_ms / 1000}, tpot_s={}, itl_s={}, e2e_s={}, send_lag_s={}, late_requests=0,
+        peak_in_flight=1,
+    )  # fmt: skip
+    ratio = None if speed == 1.0 else Interval(value=speed, low=speed - 0.02, high=speed + 0.02)
+    result.load = [LevelResult(level=LEVEL, metrics=metrics, vs_baseline=ratio)]
+    return result
+
+
+def _both(figures: dict[Variant, tuple[float, float]]) -> RunResults:
+    """Every variant measured at batch 1 and at `LEVEL` with the same (speed, TTFT ms); the baseline (1.0, 100)."""
+    variants = [_at_level_too(_variant(v, _records(s, t, noise=0)), s, t) for v, (s, t) in figures.items()]
+    results = _results(*variants, base_noise=0)
+    base = results.variant("baseline")
+    assert base is not None
+    _at_level_too(base, 1.0, 100)
+    return results
+
+
+@pytest.mark.parametrize(
+    "figures",
+    [
+        # within 1% across methods and lookaheads: ngram k2, then ngram k4, then early exit; the smaller draft first
+        {NGRAM4: (1.505, 100), EXIT: (1.502, 100), NGRAM2: (1.5, 100), BIG: (1.31, 100), SMALL: (1.3, 100)},
+        # beyond 1%: by speed alone
+        {NGRAM2: (1.2, 100), EXIT: (1.6, 100), SMALL: (1.4, 100)},
+    ],
+)
+def test_batch1_and_a_load_level_rank_the_same_figures_the_same(
+    figures: dict[Variant, tuple[float, float]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`select.decide` and `underload.level_decision` share `Objective.rank`: on the same figures, the same order
+    and the same winner."""
+    from runinfra_opt.optimize.underload import level_decision
+
+    orders: list[list[str]] = []
+    shared = Objective.rank
+
+    def spy(self: Objective, candidates: Any, simplicity: Any) -> Any:
+        ranked = shared(self, candidates, simplicity)
+        names = [c.result.name for c in ranked]
+        orders.append([n for n in names if n != "baseline"])
+        return ranked
+
+    monkeypatch.setattr(Objective, "rank", spy)
+    results = _both(figures)
+    objective = Objective(priority="throughput")
+    batch1 = decide(results, objective)
+    level = level_decision(results, LEVEL, objective)
+    assert level is not None
+    assert level.winner == batch1.winner
+    expected = [v.name for v in sorted(figures, key=lambda v: -figures[v][0])]
+    if figures[NGRAM2] == (1.5, 100):
+        expected = [NGRAM2.name, NGRAM4.name, EXIT.name, SMALL.name, BIG.name]
+    assert orders[0] == orders[-1] == expected
+
+
+def test_batch1_and_a_load_level_agree_on_ttft() -> None:
+    results = _both({NGRAM4: (1.3, 60), SMALL: (1.5, 90), EXIT: (1.1, 120)})
+    from runinfra_opt.optimize.underload import level_decision
+
+    objective = Objective(priority="ttft")
+    level = level_decision(results, LEVEL, objective)
+    assert level is not None
+    assert decide(results, objective).winner == level.winner == NGRAM4.name
