@@ -95,7 +95,6 @@ def run_one(workload: str, strategy: str, args: argparse.Namespace, root: Path) 
     if args.engine == "vllm":
         serving = {"engine": "vllm", "vllm_python": args.vllm_python, "load": args.load}
     config = OptimizeConfig(
-        priority="throughput",
         workload=workload,
         target=args.target,
         strategy=strategy,  # type: ignore[arg-type]

@@ -73,7 +73,6 @@ def run(engine: str, workload: Path, root: Path, args: argparse.Namespace) -> tu
         extra = {"strategy": "exhaustive", "methods": ("vllm_ngram",), "lookaheads": tuple(args.lookahead),
                  "dtype": args.vllm_dtype}  # fmt: skip
     config = OptimizeConfig(
-        priority="throughput",
         workload=str(workload),
         engine=engine,
         repeats=args.repeats,

@@ -10,6 +10,7 @@ import pytest
 from runinfra_opt.errors import UserInputError
 from runinfra_opt.methods import BASELINE, Variant
 from runinfra_opt.methods.ngram import ngram_search, simulate_ngram
+from runinfra_opt.objective import Objective
 from runinfra_opt.optimize.config import OptimizeConfig, parse_repeats
 from runinfra_opt.optimize.phases import extend
 from runinfra_opt.optimize.state import RunState, Silent
@@ -220,9 +221,8 @@ def _state(tmp_path: Path, leader: list[float], runner: list[float], *, min_spee
             confirm=[BASELINE.name, LEADER.name, RUNNER.name],
         ),
     )
-    state = RunState(
-        config=OptimizeConfig(min_speedup=min_speedup), run_dir=tmp_path, results=results, reporter=Silent()
-    )
+    config = OptimizeConfig(objective=Objective(min_speedup=min_speedup))
+    state = RunState(config=config, run_dir=tmp_path, results=results, reporter=Silent())
     state.space = [BASELINE, LEADER, RUNNER]
     state.requests = [Request(id=f"r{i}", line=i + 1, prompt="x") for i in range(REQUESTS)]
     for variant, seconds in ((BASELINE, [5.0]), (LEADER, leader), (RUNNER, runner)):

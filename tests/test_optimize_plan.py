@@ -5,11 +5,14 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from typer.testing import CliRunner
 
+from runinfra_opt.cli.app import app
 from runinfra_opt.errors import UserInputError
 from runinfra_opt.methods import Variant
 from runinfra_opt.methods.early_exit import default_exit_layers
-from runinfra_opt.optimize.config import OptimizeConfig, parse_int_list, parse_methods, parse_priority
+from runinfra_opt.objective import Objective, parse_priority
+from runinfra_opt.optimize.config import OptimizeConfig, parse_int_list, parse_methods
 from runinfra_opt.optimize.plan import plan_requests, replan_confirmation, stratified_sample
 from runinfra_opt.optimize.rundir import point_latest, resumed_run_dir
 from runinfra_opt.optimize.space import build_space
@@ -22,6 +25,33 @@ def test_priorities_and_aliases() -> None:
     assert parse_priority("TTFT") == "ttft"
     with pytest.raises(UserInputError, match="available: throughput, ttft, first-token-latency"):
         parse_priority("speed")
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--priority", "speed"], "--priority speed: unknown priority; available: throughput, ttft"),
+        (["--percentile", "p42"], "--percentile p42: expected one of p50, p90, p95, p99"),
+        (["--min-speedup", "0"], "--min-speedup 0.0: must be > 0"),
+    ],
+)
+def test_a_bad_objective_option_exits_2_naming_it(
+    runner: CliRunner, tmp_path: Path, args: list[str], message: str
+) -> None:
+    result = runner.invoke(app, ["optimize", "--methods", "ngram", "--runs-dir", str(tmp_path / "runs"), *args])
+    assert result.exit_code == 2, result.output
+    assert message in result.output
+    assert not (tmp_path / "runs").exists()
+
+
+def test_objective_parses_aliases_once() -> None:
+    objective = Objective.parse(" First-Token-Latency ", "p90", max_ttft_ms=250.0)
+    assert objective == Objective(priority="ttft", percentile="p90", max_ttft_ms=250.0)
+    assert objective.measure.words == "TTFT"
+    assert objective.figure == "TTFT p90"
+    assert objective.text == "ttft (p90)"
+    assert Objective().text == "throughput"
+    assert Objective.from_dict({"priority": "ttft", "percentile": 95}).percentile == "p95"
 
 
 def test_list_options_parse_repeated_and_comma_separated() -> None:
@@ -48,12 +78,33 @@ def test_list_options_parse_repeated_and_comma_separated() -> None:
 )
 def test_config_rejects_bad_values(changes: dict[str, object], message: str) -> None:
     with pytest.raises(UserInputError, match=message):
-        OptimizeConfig(**changes)  # type: ignore[arg-type]
+        OptimizeConfig.from_dict(changes)
 
 
 def test_config_round_trips_through_results_dict() -> None:
-    config = OptimizeConfig(priority="ttft", drafts=("a", "b"), lookaheads=(2, 4), max_ttft_ms=250.0, confirm=2)
+    objective = Objective(priority="ttft", max_ttft_ms=250.0)
+    config = OptimizeConfig(objective=objective, drafts=("a", "b"), lookaheads=(2, 4), confirm=2)
     assert OptimizeConfig.from_dict(config.to_dict() | {"plan": {"x": 1}}) == config
+
+
+def test_config_stores_the_objective_as_flat_keys_and_reads_old_runs() -> None:
+    """results.json keeps the keys it always had, so `--resume` and `report` read runs written before the
+    objective was one value; a nested `objective` mapping reads too."""
+    config = OptimizeConfig(objective=Objective(priority="ttft", percentile="p90", min_speedup=1.1))
+    data = config.to_dict()
+    assert "objective" not in data
+    assert {k: data[k] for k in ("priority", "percentile", "max_ttft_ms", "min_speedup", "require_speedup")} == {
+        "priority": "ttft",
+        "percentile": "p90",
+        "max_ttft_ms": None,
+        "min_speedup": 1.1,
+        "require_speedup": False,
+    }
+    old = {"priority": "ttft", "percentile": "p90", "max_ttft_regression": 0.1, "engine": "transformers", "gone": 1}
+    read = OptimizeConfig.from_dict(old)
+    assert read.objective == Objective(priority="ttft", percentile="p90", max_ttft_regression=0.1)
+    nested = OptimizeConfig.from_dict({"objective": {"priority": "first-token-latency", "min_speedup": 1.2}})
+    assert nested.objective == Objective(priority="ttft", min_speedup=1.2)
 
 
 def test_default_space_matches_issue() -> None:

@@ -13,6 +13,8 @@ from typer.testing import CliRunner
 from runinfra_opt.cli.app import app
 from runinfra_opt.load import Concurrency, Replay
 from runinfra_opt.load.store import read_run
+from runinfra_opt.methods import parse_variant_name
+from runinfra_opt.objective import Objective
 from runinfra_opt.optimize.underload import auto_levels, crossover_of, level_decision
 from runinfra_opt.results import (
     Interval,
@@ -177,8 +179,6 @@ def _results(curves: dict[str, dict[str, tuple[float, float | None]]], *, slo: b
     """curves: variant -> level -> (tokens/s, ratio to the baseline or None)."""
     variants = []
     for name, per_level in curves.items():
-        method = "baseline" if name == "baseline" else "vllm_ngram"
-        lookahead = 0 if name == "baseline" else int(name.rsplit("k", 1)[1])
         load = [
             LevelResult(
                 level=level,
@@ -188,7 +188,7 @@ def _results(curves: dict[str, dict[str, tuple[float, float | None]]], *, slo: b
             for level, (tokens, ratio) in per_level.items()
         ]
         variants.append(
-            VariantResult(name=name, variant={"method": method, "lookahead": lookahead}, confirmed=True, load=load)
+            VariantResult(name=name, variant=parse_variant_name(name).to_dict(), confirmed=True, load=load)
         )
     levels = list(next(iter(curves.values())))
     return RunResults(
@@ -218,7 +218,7 @@ def _decide(results: RunResults, level: str, **kwargs: Any) -> Any:
     options = {"priority": "throughput", "percentile": "p95", "max_ttft_ms": None, "max_ttft_regression": None}
     options.update(min_speedup=1.05)
     options.update(kwargs)
-    return level_decision(results, level, **options)
+    return level_decision(results, level, Objective(**options))
 
 
 def test_each_level_is_won_by_its_fastest_lossless_variant() -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from typing import Any
 
 import pytest
 
@@ -10,9 +11,10 @@ from runinfra_opt import stats
 from runinfra_opt.errors import NoFeasibleVariantError
 from runinfra_opt.exitcodes import ExitCode
 from runinfra_opt.methods import BASELINE, Variant
+from runinfra_opt.objective import Objective
 from runinfra_opt.optimize.select import decide, per_category
 from runinfra_opt.records import RequestRecord
-from runinfra_opt.results import ModelInfo, RunResults, Summary, VariantResult
+from runinfra_opt.results import Interval, LevelMetrics, LevelResult, ModelInfo, RunResults, Summary, VariantResult
 
 REQUESTS = 12
 REPEATS = 2
@@ -77,7 +79,7 @@ def _results(*variants: VariantResult, base_ttft_ms: float = 100, base_noise: fl
 
 def test_throughput_picks_the_fastest_significant_variant() -> None:
     results = _results(_variant(NGRAM4, _records(1.6, 110, seed=2)), _variant(SMALL, _records(1.3, 130, seed=3)))
-    decision = decide(results, priority="throughput")
+    decision = decide(results, Objective(priority="throughput"))
     assert decision.winner == NGRAM4.name
     assert decision.speculation
     assert decision.gain is not None
@@ -90,7 +92,7 @@ def test_throughput_picks_the_fastest_significant_variant() -> None:
 
 def test_gain_within_noise_means_baseline_wins() -> None:
     results = _results(_variant(NGRAM4, _records(1.08, 100, noise=0.6, seed=2)), base_noise=0.6)
-    decision = decide(results, priority="throughput", min_speedup=1.0)
+    decision = decide(results, Objective(priority="throughput", min_speedup=1.0))
     assert decision.winner == "baseline"
     assert not decision.speculation
     assert decision.reason.startswith("speculation does not pay on this traffic:")
@@ -99,7 +101,7 @@ def test_gain_within_noise_means_baseline_wins() -> None:
 
 def test_gain_under_min_speedup_is_ruled_out_and_baseline_wins() -> None:
     results = _results(_variant(NGRAM4, _records(1.03, 100, seed=2)))
-    decision = decide(results, priority="throughput", min_speedup=1.05)
+    decision = decide(results, Objective(priority="throughput", min_speedup=1.05))
     assert decision.winner == "baseline"
     ngram = results.variant(NGRAM4.name)
     assert ngram is not None
@@ -111,10 +113,10 @@ def test_gain_under_min_speedup_is_ruled_out_and_baseline_wins() -> None:
 
 def test_require_speedup_sets_the_gate_exit_code_when_baseline_wins() -> None:
     results = _results(_variant(NGRAM4, _records(0.9, 100, seed=2)))
-    decision = decide(results, priority="throughput", require_speedup=True)
+    decision = decide(results, Objective(priority="throughput", require_speedup=True))
     assert decision.winner == "baseline"
     assert decision.exit_code == int(ExitCode.GATE_FAILED)
-    assert decide(_results(_variant(NGRAM4, _records(1.5, 100))), require_speedup=True).exit_code == 0
+    assert decide(_results(_variant(NGRAM4, _records(1.5, 100))), Objective(require_speedup=True)).exit_code == 0
 
 
 def test_ties_within_one_percent_go_to_the_simpler_variant() -> None:
@@ -151,7 +153,7 @@ def test_output_mismatch_disqualifies_and_is_listed() -> None:
 
 def test_max_ttft_constraint_rules_out_and_says_which() -> None:
     results = _results(_variant(SMALL, _records(2.0, 300, seed=2)), _variant(NGRAM4, _records(1.4, 120, seed=3)))
-    decision = decide(results, max_ttft_ms=200)
+    decision = decide(results, Objective(max_ttft_ms=200))
     assert decision.winner == NGRAM4.name
     small = results.variant(SMALL.name)
     assert small is not None
@@ -162,7 +164,7 @@ def test_max_ttft_constraint_rules_out_and_says_which() -> None:
 
 def test_max_ttft_regression_constraint() -> None:
     results = _results(_variant(SMALL, _records(2.0, 150, seed=2)), _variant(NGRAM4, _records(1.4, 105, seed=3)))
-    decision = decide(results, max_ttft_regression=0.10)
+    decision = decide(results, Objective(max_ttft_regression=0.10))
     assert decision.winner == NGRAM4.name
     small = results.variant(SMALL.name)
     assert small is not None
@@ -174,7 +176,7 @@ def test_max_ttft_regression_constraint() -> None:
 
 def test_infeasible_baseline_lets_a_feasible_variant_win() -> None:
     results = _results(_variant(NGRAM4, _records(1.5, 80, seed=2)), base_ttft_ms=120)
-    decision = decide(results, max_ttft_ms=100)
+    decision = decide(results, Objective(max_ttft_ms=100))
     assert decision.winner == NGRAM4.name
     assert "ruled out" in decision.reason
 
@@ -182,14 +184,14 @@ def test_infeasible_baseline_lets_a_feasible_variant_win() -> None:
 def test_impossible_constraints_raise_no_feasible() -> None:
     results = _results(_variant(NGRAM4, _records(1.5, 110, seed=2)))
     with pytest.raises(NoFeasibleVariantError, match="not even the baseline") as info:
-        decide(results, max_ttft_ms=1)
+        decide(results, Objective(max_ttft_ms=1))
     assert "baseline: TTFT p95" in str(info.value)
     assert info.value.exit_code == ExitCode.NO_FEASIBLE
 
 
 def test_ttft_priority_picks_the_lowest_ttft() -> None:
     results = _results(_variant(SMALL, _records(1.2, 60, seed=2)), _variant(NGRAM4, _records(1.6, 95, seed=3)))
-    decision = decide(results, priority="ttft", percentile="p90")
+    decision = decide(results, Objective(priority="ttft", percentile="p90"))
     assert decision.winner == SMALL.name
     assert decision.priority == "ttft"
     assert "TTFT p90" in decision.reason
@@ -198,7 +200,7 @@ def test_ttft_priority_picks_the_lowest_ttft() -> None:
 def test_ttft_alias_and_throughput_breaks_statistical_ties() -> None:
     # n-gram's TTFT equals the baseline's within noise; it is faster in throughput, so it wins the tie.
     results = _results(_variant(NGRAM4, _records(1.5, 100, noise=0.2, seed=2)), base_noise=0.2)
-    decision = decide(results, priority="first-token-latency")
+    decision = decide(results, Objective(priority="first-token-latency"))
     assert decision.priority == "ttft"
     assert decision.winner == NGRAM4.name
     assert "tied with the baseline" in decision.reason
@@ -206,7 +208,7 @@ def test_ttft_alias_and_throughput_breaks_statistical_ties() -> None:
 
 def test_ttft_priority_baseline_wins_when_speculation_slows_first_token() -> None:
     results = _results(_variant(SMALL, _records(1.8, 200, seed=2)))
-    decision = decide(results, priority="ttft")
+    decision = decide(results, Objective(priority="ttft"))
     assert decision.winner == "baseline"
     assert decision.reason.startswith("speculation does not pay on this traffic:")
 
@@ -218,7 +220,7 @@ def test_predicted_only_variants_get_predicted_constraint_notes_but_never_win() 
         predicted=Summary(tokens_per_s=100.0, ttft_s={"p95": 0.5}),
     )
     results = _results(predicted, _variant(NGRAM4, _records(1.4, 100, seed=3)))
-    decision = decide(results, max_ttft_ms=200)
+    decision = decide(results, Objective(max_ttft_ms=200))
     assert decision.winner == NGRAM4.name
     assert predicted.ruled_out == ["predicted TTFT p95 500 ms > --max-ttft-ms 200"]
 
@@ -231,7 +233,7 @@ def test_per_category_best_and_gain() -> None:
     assert cats["summarize"].speedup == pytest.approx(2.0, rel=0.03)
     assert cats["summarize"].requests == REQUESTS // 2
     assert cats["chat"].best == "baseline"
-    decision = decide(results, min_speedup=1.05)
+    decision = decide(results, Objective(min_speedup=1.05))
     assert {c.category for c in decision.per_category} == {"summarize", "chat"}
 
 
@@ -256,7 +258,7 @@ def test_unknown_priority_and_missing_baseline_are_user_errors() -> None:
     from runinfra_opt.errors import UserInputError
 
     with pytest.raises(UserInputError, match="unknown priority"):
-        decide(_results(), priority="latency")
+        decide(_results(), Objective(priority="latency"))
     empty = RunResults(run_id="t", created_at="x", variants=[])
     with pytest.raises(UserInputError, match="no measured baseline"):
         decide(empty)
@@ -278,13 +280,13 @@ def test_a_k_schedule_that_was_not_written_never_wins() -> None:
         levels=["concurrency:1", "concurrency:4"],
         schedule=KSchedule(variant=schedule.name, schedule=[[1, 2, 8], [3, 1024, 2]], built_from={}, reason=reason),
     )
-    decision = decide(results, priority="throughput")
+    decision = decide(results, Objective(priority="throughput"))
     assert decision.winner == k8.name
     measured = results.variant(schedule.name)
     assert measured is not None
     assert measured.ruled_out == [f"k schedule {reason}"]
     results.load.schedule.written = True  # the same figures, written: it wins
-    assert decide(results, priority="throughput").winner == schedule.name
+    assert decide(results, Objective(priority="throughput")).winner == schedule.name
 
 
 def _beside(records: list[RequestRecord], trial: str) -> list[RequestRecord]:
@@ -314,3 +316,78 @@ def test_candidates_timed_beside_the_baseline_rank_by_their_paired_ratio() -> No
     assert stats.own_repeats(base.measured_requests) == own
     # untagged records (variants interleaved in one process) are ranked by their own tokens/s, as before
     assert stats.comparable_tokens_per_s(own, base.measured_requests) == stats.tokens_per_s(own)
+
+
+LEVEL = "concurrency:1"
+
+
+def _at_level_too(result: VariantResult, speed: float, ttft_ms: float) -> VariantResult:
+    """The same figures as the batch-1 records (20 tokens/s x `speed`, TTFT `ttft_ms`), measured at `LEVEL`."""
+    tokens = 20 * speed
+    metrics = LevelMetrics(
+        level=LEVEL, description=LEVEL, runs=1, requests=REQUESTS, succeeded=REQUESTS, failed=0, windows=[],
+        output_tokens_per_s=Interval(value=tokens, low=tokens * 0.99, high=tokens * 1.01), requests_per_s=1.0,
+        ttft_s={"p95": ttft_ms / 1000}, tpot_s={}, itl_s={}, e2e_s={}, send_lag_s={}, late_requests=0,
+        peak_in_flight=1,
+    )  # fmt: skip
+    ratio = None if speed == 1.0 else Interval(value=speed, low=speed - 0.02, high=speed + 0.02)
+    result.load = [LevelResult(level=LEVEL, metrics=metrics, vs_baseline=ratio)]
+    return result
+
+
+def _both(figures: dict[Variant, tuple[float, float]]) -> RunResults:
+    """Every variant measured at batch 1 and at `LEVEL` with the same (speed, TTFT ms); the baseline (1.0, 100)."""
+    variants = [_at_level_too(_variant(v, _records(s, t, noise=0)), s, t) for v, (s, t) in figures.items()]
+    results = _results(*variants, base_noise=0)
+    base = results.variant("baseline")
+    assert base is not None
+    _at_level_too(base, 1.0, 100)
+    return results
+
+
+@pytest.mark.parametrize(
+    "figures",
+    [
+        # within 1% across methods and lookaheads: ngram k2, then ngram k4, then early exit; the smaller draft first
+        {NGRAM4: (1.505, 100), EXIT: (1.502, 100), NGRAM2: (1.5, 100), BIG: (1.31, 100), SMALL: (1.3, 100)},
+        # beyond 1%: by speed alone
+        {NGRAM2: (1.2, 100), EXIT: (1.6, 100), SMALL: (1.4, 100)},
+    ],
+)
+def test_batch1_and_a_load_level_rank_the_same_figures_the_same(
+    figures: dict[Variant, tuple[float, float]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`select.decide` and `underload.level_decision` share `Objective.rank`: on the same figures, the same order
+    and the same winner."""
+    from runinfra_opt.optimize.underload import level_decision
+
+    orders: list[list[str]] = []
+    shared = Objective.rank
+
+    def spy(self: Objective, candidates: Any, simplicity: Any) -> Any:
+        ranked = shared(self, candidates, simplicity)
+        names = [c.result.name for c in ranked]
+        orders.append([n for n in names if n != "baseline"])
+        return ranked
+
+    monkeypatch.setattr(Objective, "rank", spy)
+    results = _both(figures)
+    objective = Objective(priority="throughput")
+    batch1 = decide(results, objective)
+    level = level_decision(results, LEVEL, objective)
+    assert level is not None
+    assert level.winner == batch1.winner
+    expected = [v.name for v in sorted(figures, key=lambda v: -figures[v][0])]
+    if figures[NGRAM2] == (1.5, 100):
+        expected = [NGRAM2.name, NGRAM4.name, EXIT.name, SMALL.name, BIG.name]
+    assert orders[0] == orders[-1] == expected
+
+
+def test_batch1_and_a_load_level_agree_on_ttft() -> None:
+    results = _both({NGRAM4: (1.3, 60), SMALL: (1.5, 90), EXIT: (1.1, 120)})
+    from runinfra_opt.optimize.underload import level_decision
+
+    objective = Objective(priority="ttft")
+    level = level_decision(results, LEVEL, objective)
+    assert level is not None
+    assert decide(results, objective).winner == level.winner == NGRAM4.name

@@ -18,16 +18,15 @@ from runinfra_opt.drafts import DEFAULT_DRAFTS_DIR, find_distilled_drafts
 from runinfra_opt.errors import GateFailedError
 from runinfra_opt.exitcodes import ExitCode
 from runinfra_opt.models import resolve_model
+from runinfra_opt.objective import DEFAULT_MIN_SPEEDUP, Objective
 from runinfra_opt.optimize.config import (
     DEFAULT_BUDGET_MINUTES,
     DEFAULT_CONFIRM,
     DEFAULT_MAX_RETRIES,
-    DEFAULT_MIN_SPEEDUP,
     DEFAULT_RUNS_ROOT,
     OptimizeConfig,
     parse_int_list,
     parse_methods,
-    parse_priority,
     parse_repeats,
 )
 from runinfra_opt.optimize.rundir import latest_left_note, moves_latest
@@ -207,7 +206,14 @@ def optimize(
                 markup=False,
             )
     config = OptimizeConfig(
-        priority=parse_priority(priority),
+        objective=Objective.parse(
+            priority,
+            percentile,
+            max_ttft_ms=max_ttft_ms,
+            max_ttft_regression=max_ttft_regression,
+            min_speedup=min_speedup,
+            require_speedup=require_speedup,
+        ),
         workload=workload,
         workload_format=workload_format,
         target=target,
@@ -223,11 +229,6 @@ def optimize(
         confirm=confirm,
         pair_baseline=pair_baseline,
         repeats=parse_repeats(repeats),
-        percentile=percentile,
-        max_ttft_ms=max_ttft_ms,
-        max_ttft_regression=max_ttft_regression,
-        min_speedup=min_speedup,
-        require_speedup=require_speedup,
         budget_minutes=budget_minutes,
         max_requests=max_requests,
         max_tokens=max_tokens,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -11,31 +11,21 @@ from runinfra_opt.errors import UserInputError
 from runinfra_opt.load.spec import check_burstiness, check_time_scale, parse_load
 from runinfra_opt.methods import get_method
 from runinfra_opt.methods import registry as method_registry
+from runinfra_opt.objective import Objective
 
-Priority = Literal["throughput", "ttft"]
 Strategy = Literal["predictive", "exhaustive"]
 Executor = Literal["local", "ray"]
 
-PRIORITIES: dict[str, Priority] = {"throughput": "throughput", "ttft": "ttft", "first-token-latency": "ttft"}
 STRATEGIES: tuple[Strategy, ...] = ("predictive", "exhaustive")
 EXECUTORS: tuple[Executor, ...] = ("local", "ray")
 DEFAULT_MAX_RETRIES = 2
-PERCENTILES = ("p50", "p90", "p95", "p99")
 
 DEFAULT_BUDGET_MINUTES = 7.0
 """Planned time for measuring (cost model, baseline, profiling, confirmation). With model loading and the
 margins of the plan, `optimize --priority throughput` with no other argument ends in under 10 minutes on a
 2-core CPU."""
 DEFAULT_CONFIRM = 3
-DEFAULT_MIN_SPEEDUP = 1.05
 DEFAULT_RUNS_ROOT = Path(".runinfra") / "runs"
-
-
-def parse_priority(value: str) -> Priority:
-    try:
-        return PRIORITIES[value.strip().lower()]
-    except KeyError:
-        raise UserInputError(f"--priority {value}: unknown priority; available: {', '.join(PRIORITIES)}") from None
 
 
 def parse_methods(values: list[str] | tuple[str, ...] | None) -> tuple[str, ...] | None:
@@ -124,7 +114,8 @@ def parse_trial_resources(value: str) -> dict[str, float]:
 class OptimizeConfig:
     """Everything that decides what an `optimize` run measures and how it picks. Stored in results.json."""
 
-    priority: Priority = "throughput"
+    objective: Objective = field(default_factory=Objective)
+    """Priority, TTFT percentile, constraints and minimum speed-up (stored as flat keys: `to_dict`)."""
     workload: str | None = None
     """Bundled workload name or a file path; None: the default bundled workload."""
     workload_format: str | None = None
@@ -153,11 +144,6 @@ class OptimizeConfig:
     repeats: int | None = None
     """None (`--repeats auto`): 2 or 3 by budget, then more for the leading candidates until the decision is
     clear (`optimize.phases.extend`); an integer: exactly that many."""
-    percentile: str = "p95"
-    max_ttft_ms: float | None = None
-    max_ttft_regression: float | None = None
-    min_speedup: float = DEFAULT_MIN_SPEEDUP
-    require_speedup: bool = False
     budget_minutes: float = DEFAULT_BUDGET_MINUTES
     max_requests: int | None = None
     """Hard cap on requests used (after the budget plan), e.g. for tests and benchmarks."""
@@ -197,23 +183,13 @@ class OptimizeConfig:
     """`--slo-ttft-ms` / `--slo-tpot-ms`: the service levels goodput counts (under load)."""
 
     def __post_init__(self) -> None:
-        if self.priority not in ("throughput", "ttft"):
-            raise UserInputError(f"--priority {self.priority}: unknown priority; available: {', '.join(PRIORITIES)}")
         engine_registry.check(self.engine)
         if self.strategy not in STRATEGIES:
             raise UserInputError(f"--strategy {self.strategy}: expected one of {', '.join(STRATEGIES)}")
-        if self.percentile not in PERCENTILES:
-            raise UserInputError(f"--percentile {self.percentile}: expected one of {', '.join(PERCENTILES)}")
         if self.confirm < 1:
             raise UserInputError(f"--confirm {self.confirm}: must be >= 1")
         if self.repeats is not None and self.repeats < 1:
             raise UserInputError(f"--repeats {self.repeats}: must be >= 1")
-        if self.max_ttft_ms is not None and self.max_ttft_ms <= 0:
-            raise UserInputError(f"--max-ttft-ms {self.max_ttft_ms}: must be > 0")
-        if self.max_ttft_regression is not None and self.max_ttft_regression < 0:
-            raise UserInputError(f"--max-ttft-regression {self.max_ttft_regression}: must be >= 0 (e.g. 0.10)")
-        if self.min_speedup <= 0:
-            raise UserInputError(f"--min-speedup {self.min_speedup}: must be > 0 (e.g. 1.05)")
         if self.budget_minutes <= 0:
             raise UserInputError(f"--budget-minutes {self.budget_minutes}: must be > 0")
         if self.max_tokens is not None and self.max_tokens < 1:
@@ -259,7 +235,11 @@ class OptimizeConfig:
             )
 
     def to_dict(self) -> dict[str, Any]:
+        """The stored form: every field under its own name, the objective's fields flat beside them (the keys
+        results.json has always had, and the options' names)."""
         data = asdict(self)
+        del data["objective"]
+        data.update(self.objective.to_dict())
         for key, value in data.items():
             if isinstance(value, tuple):
                 data[key] = list(value)
@@ -267,18 +247,17 @@ class OptimizeConfig:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> OptimizeConfig:
-        """Rebuild from results.json (unknown keys ignored: a newer file stays readable)."""
-        known = {f.name for f in fields(cls)}
+        """Rebuild from results.json (unknown keys ignored: a newer file stays readable). The objective is read
+        from its flat keys, or from an `objective` mapping."""
+        known = {f.name for f in fields(cls)} - {"objective"}
         kwargs: dict[str, Any] = {}
         for key, value in data.items():
             if key not in known:
                 continue
             kwargs[key] = tuple(value) if isinstance(value, list) else value
+        nested = data.get("objective")
+        kwargs["objective"] = Objective.from_dict(nested if isinstance(nested, dict) else data)
         return cls(**kwargs)
 
     def with_changes(self, **changes: Any) -> OptimizeConfig:
         return replace(self, **changes)
-
-    @property
-    def percentile_q(self) -> float:
-        return float(self.percentile.removeprefix("p"))

@@ -80,11 +80,10 @@ from dataclasses import dataclass
 from runinfra_opt.errors import UserInputError
 from runinfra_opt.methods import BASELINE, Variant, get_method, parse_variant_name
 from runinfra_opt.methods.k_schedule import KRange, as_vllm, schedule_of, with_schedule, without_schedule
+from runinfra_opt.objective import TIE
 from runinfra_opt.records import disqualifying
 from runinfra_opt.results import Interval, KSchedule, LevelResult, RunResults, VariantResult
 
-TIE = 0.01
-"""Relative difference within which two scores (or a schedule and a fixed k) count as tied."""
 OPEN_END = 1024
 """The last range's end: the largest batch size written (vLLM carries the last k beyond it)."""
 

@@ -1,6 +1,6 @@
 """Pick the winner from measured results: priorities, constraints, noise, ties, disqualification.
 
-Pure functions over `RunResults`. Rules (issue 4):
+Pure functions over `RunResults` and the run's `Objective`. Rules:
 - `throughput`: maximize output tokens/s over the workload. `ttft` (alias `first-token-latency`): minimize
   TTFT at the chosen percentile; among variants statistically tied with the best TTFT (the paired bootstrap
   95% interval of their TTFT ratio includes 1.0, or they are within 1%), the highest throughput wins.
@@ -10,36 +10,24 @@ Pure functions over `RunResults`. Rules (issue 4):
 - Only measured figures decide. A speculative winner must beat the baseline beyond noise: the bootstrap 95%
   interval of its gain excludes 1.0 and the gain (median over repeats) is >= `--min-speedup`; otherwise the
   baseline wins and the reason says "speculation does not pay on this traffic: ...".
-- Ties within 1% go to the simpler variant: baseline < ngram < early exit < draft; then smaller lookahead;
-  then the smaller draft (parameters, from `results.drafts`).
+- Ties within 1% go to the simpler variant (`objective.rank` with `simplicity_key`): baseline < ngram < early
+  exit < draft; then smaller lookahead; then the smaller draft (parameters, from `results.drafts`). Each load
+  level's decision (`optimize.underload`) ranks with the same function and key.
 - When no variant, not even the baseline, satisfies the constraints: `NoFeasibleVariantError` (exit 3).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from runinfra_opt import stats
 from runinfra_opt.errors import NoFeasibleVariantError, UserInputError
 from runinfra_opt.exitcodes import ExitCode
 from runinfra_opt.methods import Variant, get_method
+from runinfra_opt.objective import TIE, Objective, rank, throughput_of
 from runinfra_opt.records import RequestRecord, disqualifying
 from runinfra_opt.results import CategoryDecision, Decision, Interval, RunResults, VariantResult
-
-TIE = 0.01
-"""Relative difference under which two variants count as tied (the simpler one wins)."""
-
-PRIORITY_ALIASES = {"throughput": "throughput", "ttft": "ttft", "first-token-latency": "ttft"}
-PERCENTILES = ("p50", "p90", "p95", "p99")
-
-
-@dataclass(frozen=True)
-class Constraints:
-    max_ttft_ms: float | None = None
-    max_ttft_regression: float | None = None
-    """Allowed relative TTFT increase over the baseline at the chosen percentile (0.10 = +10%)."""
-    min_speedup: float = 1.05
 
 
 @dataclass
@@ -78,13 +66,8 @@ def simplicity_key(results: RunResults, variant: Variant) -> tuple[int, int, int
     return (get_method(variant.method).rank, variant.lookahead, size, variant.name)
 
 
-def _pick(results: RunResults, ranked: Sequence[_Candidate], value: float, score: str) -> _Candidate:
-    """Among `ranked` (best first by `score`), those within 1% of the best `value`; the simplest wins."""
-    if score == "tokens_per_s":
-        tied = [c for c in ranked if c.tokens_per_s >= value * (1 - TIE)]
-    else:
-        tied = [c for c in ranked if c.ttft_s <= value * (1 + TIE)]
-    return min(tied, key=lambda c: simplicity_key(results, c.variant))
+def _simplest(results: RunResults) -> Callable[[_Candidate], tuple[int, int, int, str]]:
+    return lambda c: simplicity_key(results, c.variant)
 
 
 def _ms(seconds: float) -> str:
@@ -97,10 +80,6 @@ def _gain_text(gain: Interval | None) -> str:
     return f"{gain.value:.2f}x (95% CI {gain.low:.2f}-{gain.high:.2f})"
 
 
-def beats_baseline(gain: Interval | None, min_speedup: float) -> bool:
-    return gain is not None and gain.low > 1.0 and gain.value >= min_speedup
-
-
 def _disqualify(result: VariantResult) -> None:
     """Mark a variant whose greedy output differs from the baseline's (measured requests only)."""
     for r in result.measured_requests:
@@ -110,62 +89,14 @@ def _disqualify(result: VariantResult) -> None:
             return
 
 
-def _violations(
-    *,
-    ttft_s: float | None,
-    base_ttft_s: float | None,
-    gain: float | None,
-    speculative: bool,
-    priority: str,
-    percentile: str,
-    constraints: Constraints,
-    prefix: str = "",
-) -> list[str]:
-    out = []
-    if constraints.max_ttft_ms is not None and ttft_s is not None and ttft_s * 1000 > constraints.max_ttft_ms:
-        out.append(f"{prefix}TTFT {percentile} {_ms(ttft_s)} > --max-ttft-ms {constraints.max_ttft_ms:g}")
-    if (
-        constraints.max_ttft_regression is not None
-        and speculative
-        and ttft_s is not None
-        and base_ttft_s
-        and ttft_s / base_ttft_s - 1 > constraints.max_ttft_regression
-    ):
-        out.append(
-            f"{prefix}TTFT {percentile} {ttft_s / base_ttft_s - 1:+.0%} vs the baseline > "
-            f"--max-ttft-regression {constraints.max_ttft_regression:g}"
-        )
-    if priority == "throughput" and speculative and gain is not None and gain < constraints.min_speedup:
-        out.append(f"{prefix}speedup {gain:.2f}x < --min-speedup {constraints.min_speedup:g}")
-    return out
-
-
-def _normalize(priority: str, percentile: str) -> tuple[str, str]:
-    key = priority.strip().lower()
-    if key not in PRIORITY_ALIASES:
-        raise UserInputError(f"--priority {priority}: unknown priority; available: {', '.join(PRIORITY_ALIASES)}")
-    if percentile not in PERCENTILES:
-        raise UserInputError(f"--percentile {percentile}: expected one of {', '.join(PERCENTILES)}")
-    return PRIORITY_ALIASES[key], percentile
-
-
-def decide(
-    results: RunResults,
-    *,
-    priority: str = "throughput",
-    percentile: str = "p95",
-    max_ttft_ms: float | None = None,
-    max_ttft_regression: float | None = None,
-    min_speedup: float = 1.05,
-    require_speedup: bool = False,
-    seed: int = 0,
-) -> Decision:
+def decide(results: RunResults, objective: Objective | None = None, *, seed: int = 0) -> Decision:
     """Choose the winner among the measured variants of `results` and say why. Fills each variant's
     `disqualified` and `ruled_out` (measured variants from measured figures; predicted-only variants from
     their predictions, prefixed "predicted"). Raises `NoFeasibleVariantError` when nothing satisfies the
-    constraints. With `require_speedup`, a baseline win gets exit code 4 in the decision (the caller raises)."""
-    priority, percentile = _normalize(priority, percentile)
-    constraints = Constraints(max_ttft_ms, max_ttft_regression, min_speedup)
+    constraints. With `require_speedup`, a baseline win gets exit code 4 in the decision (the caller raises).
+    `objective` None: the default one (throughput)."""
+    objective = objective or Objective()
+    percentile = objective.percentile
     baseline_result = results.variant("baseline")
     if baseline_result is None or not baseline_result.measured_requests:
         raise UserInputError("results have no measured baseline: nothing to compare the variants with")
@@ -201,14 +132,11 @@ def decide(
                     stats.ttft_at(result.measured_requests, percentile),
                     stats.throughput_ratio(result.measured_requests, base_records, seed=seed),
                 )
-            result.ruled_out = _violations(
+            result.ruled_out = objective.violations(
                 ttft_s=cand.ttft_s,
                 base_ttft_s=base_ttft,
                 gain=cand.gain.value if cand.gain else None,
                 speculative=variant.is_speculative,
-                priority=priority,
-                percentile=percentile,
-                constraints=constraints,
             )
             if schedule is not None and result.name == schedule.variant and not schedule.written:
                 # measured like any variant, but it may win only where it beat every fixed k of its family
@@ -217,14 +145,11 @@ def decide(
         elif result.predicted is not None:
             predicted_ttft = result.predicted.ttft_s.get(percentile)
             predicted_gain = result.predicted.speedup.value if result.predicted.speedup else None
-            result.ruled_out = _violations(
+            result.ruled_out = objective.violations(
                 ttft_s=predicted_ttft,
                 base_ttft_s=base_ttft,
                 gain=predicted_gain,
                 speculative=variant.is_speculative,
-                priority=priority,
-                percentile=percentile,
-                constraints=constraints,
                 prefix="predicted ",
             )
 
@@ -237,30 +162,30 @@ def decide(
     baseline_ok = base in feasible
     speculative = [c for c in feasible if c is not base]
 
-    if priority == "throughput":
-        winner, reason = _by_throughput(results, base, baseline_ok, speculative, candidates, constraints)
+    if objective.on_ttft:
+        winner, reason = _by_ttft(results, base, baseline_ok, feasible, candidates, objective, seed)
     else:
-        winner, reason = _by_ttft(results, base, baseline_ok, feasible, candidates, constraints, percentile, seed)
+        winner, reason = _by_throughput(results, base, baseline_ok, speculative, candidates, objective)
 
     disqualified = [c for c in candidates if c.result.disqualified]
     if disqualified:
         reason += f" Disqualified (output differs from the baseline): {', '.join(c.name for c in disqualified)}."
     speculation = winner is not base
-    exit_code = ExitCode.GATE_FAILED if require_speedup and not speculation else ExitCode.OK
+    exit_code = ExitCode.GATE_FAILED if objective.require_speedup and not speculation else ExitCode.OK
     return Decision(
         winner=winner.name,
         speculation=speculation,
-        priority=priority,
+        priority=objective.priority,
         reason=reason,
         gain=winner.gain if speculation else Interval(value=1.0, low=1.0, high=1.0),
         ttft_change=(winner.ttft_s / base_ttft - 1) if base_ttft > 0 else None,
-        per_category=per_category(results, priority=priority, percentile=percentile, feasible=feasible),
+        per_category=per_category(results, objective, feasible=feasible),
         exit_code=int(exit_code),
         disqualified=[f"{c.name}: {c.result.disqualified}" for c in disqualified],
     )
 
 
-def _no_pay_reason(best: _Candidate | None, candidates: Sequence[_Candidate], constraints: Constraints) -> str:
+def _no_pay_reason(best: _Candidate | None, candidates: Sequence[_Candidate], objective: Objective) -> str:
     if best is None:
         measured = [c for c in candidates if c.variant.is_speculative]
         if not measured:
@@ -273,7 +198,7 @@ def _no_pay_reason(best: _Candidate | None, candidates: Sequence[_Candidate], co
     if gain is None or gain.low <= 1.0:
         why = "its interval includes 1.0 (within noise)"
     else:
-        why = f"under --min-speedup {constraints.min_speedup:g}"
+        why = f"under --min-speedup {objective.min_speedup:g}"
     return (
         f"speculation does not pay on this traffic: the fastest speculative variant, {best.name}, "
         f"measured {_gain_text(gain)}, {why}."
@@ -286,21 +211,19 @@ def _by_throughput(
     baseline_ok: bool,
     speculative: Sequence[_Candidate],
     candidates: Sequence[_Candidate],
-    constraints: Constraints,
+    objective: Objective,
 ) -> tuple[_Candidate, str]:
-    ranked = sorted(speculative, key=lambda c: -c.tokens_per_s)
     if not baseline_ok:
-        best = ranked[0]
-        winner = _pick(results, ranked, best.tokens_per_s, "tokens_per_s")
+        winner = objective.rank(speculative, _simplest(results))[0]
         return winner, (
             f"{winner.name} is the fastest variant that satisfies the constraints "
             f"({winner.tokens_per_s:.1f} tokens/s, {_gain_text(winner.gain)} the baseline, which is ruled out: "
             f"{'; '.join(base.result.ruled_out) or base.result.disqualified})."
         )
-    paying = [c for c in ranked if beats_baseline(c.gain, constraints.min_speedup)]
+    paying = [c for c in speculative if objective.pays(c.gain)]
     if paying:
         pool = sorted([*paying, base], key=lambda c: -c.tokens_per_s)
-        winner = _pick(results, pool, pool[0].tokens_per_s, "tokens_per_s")
+        winner = objective.rank(pool, _simplest(results))[0]
         if winner is not base:
             return winner, (
                 f"{winner.name} is {_gain_text(winner.gain)} the baseline's throughput "
@@ -315,7 +238,7 @@ def _by_throughput(
         key=lambda c: c.tokens_per_s,
         default=None,
     )
-    return base, _no_pay_reason(best_measured, candidates, constraints)
+    return base, _no_pay_reason(best_measured, candidates, objective)
 
 
 def _by_ttft(
@@ -324,10 +247,10 @@ def _by_ttft(
     baseline_ok: bool,
     feasible: Sequence[_Candidate],
     candidates: Sequence[_Candidate],
-    constraints: Constraints,
-    percentile: str,
+    objective: Objective,
     seed: int,
 ) -> tuple[_Candidate, str]:
+    percentile = objective.percentile
     ranked = sorted(feasible, key=lambda c: c.ttft_s)
     best = ranked[0]
 
@@ -338,8 +261,7 @@ def _by_ttft(
         return ratio is not None and ratio.low <= 1.0 <= ratio.high
 
     tied = [c for c in ranked if tied_with_best(c)]
-    by_tps = sorted(tied, key=lambda c: -c.tokens_per_s)
-    winner = _pick(results, by_tps, by_tps[0].tokens_per_s, "tokens_per_s")
+    winner = rank(tied, throughput_of, _simplest(results))[0]  # among those tied on TTFT: on throughput
     if winner is base or not baseline_ok:
         if winner is base:
             if base is best:
@@ -363,14 +285,14 @@ def _by_ttft(
         )
     # A speculative winner must beat the baseline beyond noise: on TTFT, or (tied on TTFT) on throughput.
     vs_base = stats.ttft_ratio(winner.records, base.records, percentile, seed=seed)
-    faster_first_token = vs_base is not None and vs_base.high < 1.0 and 1.0 / vs_base.value >= constraints.min_speedup
+    faster_first_token = vs_base is not None and vs_base.high < 1.0 and 1.0 / vs_base.value >= objective.min_speedup
     base_tied = base in tied
     if faster_first_token:
         return winner, (
             f"{winner.name} reaches the first token sooner: TTFT {percentile} {_ms(winner.ttft_s)} vs "
             f"{_ms(base.ttft_s)} for the baseline, at {_gain_text(winner.gain)} its throughput."
         )
-    if base_tied and beats_baseline(winner.gain, constraints.min_speedup):
+    if base_tied and objective.pays(winner.gain):
         return winner, (
             f"{winner.name} is tied with the baseline on TTFT {percentile} ({_ms(winner.ttft_s)} vs "
             f"{_ms(base.ttft_s)}) and {_gain_text(winner.gain)} faster in throughput."
@@ -383,15 +305,15 @@ def _by_ttft(
 
 def per_category(
     results: RunResults,
+    objective: Objective | None = None,
     *,
-    priority: str = "throughput",
-    percentile: str = "p95",
     feasible: Sequence[_Candidate] | None = None,
 ) -> list[CategoryDecision]:
-    """The best measured variant per workload category and its throughput gain there (point ratio). Ties
-    within 1% go to the simpler variant. `feasible` restricts the choice (default: measured, not
-    disqualified)."""
-    priority, percentile = _normalize(priority, percentile)
+    """The best measured variant per workload category and its throughput gain there (point ratio), ranked by
+    `objective` (`objective.rank`: ties within 1% go to the simpler variant). `feasible` restricts the choice
+    (default: measured, not disqualified)."""
+    objective = objective or Objective()
+    percentile = objective.percentile
     baseline = results.variant("baseline")
     if baseline is None or not baseline.measured_requests:
         return []
@@ -421,12 +343,7 @@ def per_category(
             )
         if not entries:
             continue
-        if priority == "throughput":
-            ranked = sorted(entries, key=lambda c: -c.tokens_per_s)
-            best = _pick(results, ranked, ranked[0].tokens_per_s, "tokens_per_s")
-        else:
-            ranked = sorted(entries, key=lambda c: c.ttft_s)
-            best = _pick(results, ranked, ranked[0].ttft_s, "ttft_s")
+        best = objective.rank(entries, _simplest(results))[0]
         out.append(
             CategoryDecision(
                 category=category,

@@ -11,12 +11,14 @@ at each level on its own server, and what the levels decide.
   the level's metrics (`runinfra_opt.load.level_metrics`) and its paired throughput ratio to the baseline at
   the same level into `VariantResult.load`, saved after each level (a resume runs only the missing levels).
 - **Deciding** (`decide_levels`): per level, on measured figures only, among variants lossless at batch 1 and
-  within the TTFT constraints at that level:
-  - `--priority throughput`: the highest output tokens/s; with an SLO (`--slo-ttft-ms`, `--slo-tpot-ms`) only
+  within the TTFT constraints at that level, the speculative variants are ranked by the run's `Objective` with
+  the batch-1 decision's ranking (`objective.rank`, ties within 1% to the simpler variant,
+  `select.simplicity_key`), and the best must beat the baseline:
+  - `--priority throughput`: on output tokens/s; with an SLO (`--slo-ttft-ms`, `--slo-tpot-ms`) only
     variants whose goodput (the share of requests within the SLO) is at least the baseline's minus
     `GOODPUT_SLACK` may win. A speculative winner must beat the baseline by the same rule as at batch 1 (its
     ratio's 95% interval above 1 and the point at least `--min-speedup`), else the baseline is kept.
-  - `--priority ttft`: the lowest TTFT at `--percentile`; a speculative variant must be more than 1% faster.
+  - `--priority ttft`: on TTFT at `--percentile`; a speculative variant must be more than 1% faster.
   The crossover per method: the concurrency at which the ratio of the method's best variant (best at the lowest
   level) to the baseline falls to 1, log-linear between the measured levels, with the interval from where
   the ratio's 95% bounds cross 1. When `replay` was measured, its winner is what the manifest carries (the
@@ -28,6 +30,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 from typing import cast
@@ -38,7 +41,8 @@ from runinfra_opt.fsutil import safe_name
 from runinfra_opt.load import Concurrency, LevelRun, LoadLevel, Replay, level_metrics, parse_load, throughput_ratio
 from runinfra_opt.load.store import RecordWriter, read_run
 from runinfra_opt.methods import BASELINE, Variant
-from runinfra_opt.optimize.select import TIE, beats_baseline
+from runinfra_opt.objective import TIE, Objective
+from runinfra_opt.optimize.select import simplicity_key
 from runinfra_opt.optimize.state import RunState
 from runinfra_opt.results import (
     Crossover,
@@ -186,61 +190,72 @@ def _ratio_text(gain: Interval | None) -> str:
     return "no paired figure" if gain is None else f"{gain.value:.2f}x [{gain.low:.2f}, {gain.high:.2f}]"
 
 
-def level_decision(
-    results: RunResults,
-    level: str,
-    *,
-    priority: str,
-    percentile: str,
-    max_ttft_ms: float | None,
-    max_ttft_regression: float | None,
-    min_speedup: float,
-) -> LevelDecision | None:
+@dataclass(frozen=True)
+class _Row:
+    """A speculative variant's figures at one level, as `Objective.rank` reads them."""
+
+    result: VariantResult
+    level: LevelResult
+    percentile: str
+
+    @property
+    def tokens_per_s(self) -> float:
+        return _tokens(self.level)
+
+    @property
+    def ttft_s(self) -> float | None:
+        return _ttft(self.level, self.percentile)
+
+
+_BROKEN = {"--max-ttft-ms": "over --max-ttft-ms", "--max-ttft-regression": "regression over --max-ttft-regression"}
+
+
+def level_decision(results: RunResults, level: str, objective: Objective) -> LevelDecision | None:
     """The winner at one level (None when the baseline was not measured there)."""
     baseline = results.variant(BASELINE.name)
     base = _at(baseline, level) if baseline else None
     if base is None:
         return None
+    percentile = objective.percentile
     base_ttft = _ttft(base, percentile)
-    rows: list[tuple[VariantResult, LevelResult]] = []
+    rows: list[_Row] = []
     excluded: list[str] = []
     for vr in results.variants:
         lr = _at(vr, level)
         if lr is None or vr.name == BASELINE.name or not _eligible(results, vr):
             continue
         ttft = _ttft(lr, percentile)
-        if max_ttft_ms is not None and (ttft is None or ttft * 1000 > max_ttft_ms):
-            excluded.append(f"{vr.name} (TTFT {percentile} over --max-ttft-ms)")
-            continue
-        limit = base_ttft * (1 + max_ttft_regression) if max_ttft_regression is not None and base_ttft else None
-        if limit is not None and ttft is not None and ttft > limit:
-            excluded.append(f"{vr.name} (TTFT {percentile} regression over --max-ttft-regression)")
+        unmeasured = ttft is None and objective.max_ttft_ms is not None  # no figure to hold to the cap
+        broken = "--max-ttft-ms" if unmeasured else objective.broken_ttft_limit(ttft, base_ttft)
+        if broken is not None:
+            excluded.append(f"{vr.name} (TTFT {percentile} {_BROKEN[broken]})")
             continue
         if results.load and (results.load.slo_ttft_ms or results.load.slo_tpot_ms):
             mine, theirs = lr.metrics.goodput, base.metrics.goodput
             if mine is not None and theirs is not None and mine.value < theirs.value - GOODPUT_SLACK:
                 excluded.append(f"{vr.name} (goodput {mine.value:.0%} below the baseline's {theirs.value:.0%})")
                 continue
-        rows.append((vr, lr))
-    if priority == "ttft":
-        return _by_ttft(level, base, rows, percentile, excluded)
-    return _by_throughput(level, base, rows, min_speedup, excluded)
+        rows.append(_Row(vr, lr, percentile))
+    ranked = objective.rank(rows, lambda row: simplicity_key(results, Variant.from_dict(row.result.variant)))
+    if objective.on_ttft:
+        return _by_ttft(level, base, ranked, percentile, excluded)
+    return _by_throughput(level, base, ranked, objective, excluded)
 
 
 LATENCY_GAIN = 0.10
 """An e2e p50 this much below the baseline's is worth saying where throughput cannot tell the variants apart."""
 
 
-def _latency_instead(level: str, base: LevelResult, rows: list[tuple[VariantResult, LevelResult]]) -> str:
+def _latency_instead(level: str, base: LevelResult, rows: Sequence[_Row]) -> str:
     """At an open-loop level (replay, rate) where every variant served the offered load (no throughput ratio's
     interval excludes 1), throughput follows the arrivals and cannot rank them; say so, with the variant that
     shortens requests the most, when it does by more than `LATENCY_GAIN` (the rule itself stays on throughput)."""
     if level.startswith("concurrency:"):
         return ""
-    if any(lr.vs_baseline is None or not lr.vs_baseline.low <= 1.0 <= lr.vs_baseline.high for _, lr in rows):
+    if any(r.level.vs_baseline is None or not r.level.vs_baseline.low <= 1.0 <= r.level.vs_baseline.high for r in rows):
         return ""
     base_e2e = base.metrics.e2e_s.get("p50")
-    timed = [(lr.metrics.e2e_s["p50"], vr.name) for vr, lr in rows if "p50" in lr.metrics.e2e_s]
+    timed = [(r.level.metrics.e2e_s["p50"], r.result.name) for r in rows if "p50" in r.level.metrics.e2e_s]
     if base_e2e is None or not timed:
         return ""
     e2e, name = min(timed)
@@ -256,22 +271,22 @@ def _latency_instead(level: str, base: LevelResult, rows: list[tuple[VariantResu
 def _by_throughput(
     level: str,
     base: LevelResult,
-    rows: list[tuple[VariantResult, LevelResult]],
-    min_speedup: float,
+    ranked: Sequence[_Row],
+    objective: Objective,
     excluded: list[str],
 ) -> LevelDecision:
-    figure = "output tokens/s"
+    """`ranked` best first on throughput: the best wins when it pays (`Objective.pays`)."""
+    figure = objective.figure
+    min_speedup = objective.min_speedup
     tail = f" Left out: {', '.join(excluded)}." if excluded else ""
-    if not rows:
+    if not ranked:
         return LevelDecision(
             level=level, winner=BASELINE.name, figure=figure, reason=f"no speculative variant measured here.{tail}"
         )
-    best = max((lr for _, lr in rows), key=_tokens)
-    tied = [row for row in rows if _tokens(row[1]) >= _tokens(best) * (1 - TIE)]
-    best_vr, best = min(tied, key=lambda row: (row[0].variant.get("lookahead", 0), row[0].name))
+    best_vr, best = ranked[0].result, ranked[0].level
     gain = best.vs_baseline
     figures = f"{_tokens(best):.1f} vs {_tokens(base):.1f} tokens/s, {_ratio_text(gain)}"
-    if beats_baseline(gain, min_speedup):
+    if objective.pays(gain):
         return LevelDecision(
             level=level, winner=best_vr.name, figure=figure, gain=gain, reason=f"{best_vr.name}: {figures}.{tail}"
         )
@@ -285,7 +300,7 @@ def _by_throughput(
         gain=Interval(value=1.0, low=1.0, high=1.0),
         reason=(
             f"baseline: the best speculative variant, {best_vr.name} ({figures}), does not pay: {why}."
-            f"{_latency_instead(level, base, rows)}{tail}"
+            f"{_latency_instead(level, base, ranked)}{tail}"
         ),
     )
 
@@ -293,17 +308,18 @@ def _by_throughput(
 def _by_ttft(
     level: str,
     base: LevelResult,
-    rows: list[tuple[VariantResult, LevelResult]],
+    ranked: Sequence[_Row],
     percentile: str,
     excluded: list[str],
 ) -> LevelDecision:
+    """`ranked` best first on TTFT (those without a figure last): the best wins when more than `TIE` faster."""
     figure = f"TTFT {percentile}"
     tail = f" Left out: {', '.join(excluded)}." if excluded else ""
     base_ttft = _ttft(base, percentile)
-    timed = [(vr, lr, t) for vr, lr in rows if (t := _ttft(lr, percentile)) is not None]
-    if not timed or base_ttft is None:
+    ttft = ranked[0].ttft_s if ranked else None
+    if ttft is None or base_ttft is None:
         return LevelDecision(level=level, winner=BASELINE.name, figure=figure, reason=f"nothing to compare.{tail}")
-    vr, lr, ttft = min(timed, key=lambda row: (row[2], row[0].name))
+    vr, lr = ranked[0].result, ranked[0].level
     text = f"{ttft * 1000:.0f} vs {base_ttft * 1000:.0f} ms"
     if ttft < base_ttft * (1 - TIE):
         return LevelDecision(
@@ -410,20 +426,7 @@ def decide_levels(state: RunState, decision: Decision) -> None:
     if summary is None:
         return
     summary.decisions = [
-        found
-        for level in summary.levels
-        if (
-            found := level_decision(
-                results,
-                level,
-                priority=config.priority,
-                percentile=config.percentile,
-                max_ttft_ms=config.max_ttft_ms,
-                max_ttft_regression=config.max_ttft_regression,
-                min_speedup=config.min_speedup,
-            )
-        )
-        is not None
+        found for level in summary.levels if (found := level_decision(results, level, config.objective)) is not None
     ]
     summary.crossovers = crossovers(results)
     deploy = next((d for d in summary.decisions if d.level == "replay"), None)
@@ -444,9 +447,9 @@ def decide_levels(state: RunState, decision: Decision) -> None:
         base_lr = _at(results.variant(BASELINE.name), "replay")  # type: ignore[arg-type]
         win_lr = _at(winner, "replay")
         if base_lr and win_lr:
-            mine, theirs = _ttft(win_lr, config.percentile), _ttft(base_lr, config.percentile)
+            mine, theirs = _ttft(win_lr, config.objective.percentile), _ttft(base_lr, config.objective.percentile)
             decision.ttft_change = (mine / theirs - 1) if mine is not None and theirs else None
-    if config.require_speedup:
+    if config.objective.require_speedup:
         from runinfra_opt.exitcodes import ExitCode
 
         decision.exit_code = int(ExitCode.OK if decision.speculation else ExitCode.GATE_FAILED)

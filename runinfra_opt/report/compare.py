@@ -154,10 +154,10 @@ def _context(old: RunResults, new: RunResults) -> list[ContextChange]:
 
 def _metric(results: RunResults) -> tuple[str, bool]:
     """(metric, higher is better) for the run's priority."""
-    priority = results.decision.priority if results.decision else str(results.config.get("priority", "throughput"))
-    if priority in ("ttft", "first-token-latency"):
-        return f"TTFT {view.percentile_key(results)}", False
-    return "tokens/s", True
+    objective = view.objective_of(results)
+    if objective.measure.higher_is_better:
+        return "tokens/s", True
+    return f"TTFT {objective.percentile}", False
 
 
 def _value(summary: Summary, metric: str) -> tuple[float, Interval | None]:

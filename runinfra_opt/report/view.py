@@ -12,6 +12,7 @@ from typing import Literal
 
 from runinfra_opt.errors import UserInputError
 from runinfra_opt.methods import Variant, get_method, parse_variant_name
+from runinfra_opt.objective import Objective
 from runinfra_opt.results import Interval, RunResults, Summary, VariantResult
 
 Status = Literal["winner", "baseline", "confirmed", "predicted only", "ruled out", "disqualified"]
@@ -165,6 +166,18 @@ def percentile_key(results: RunResults) -> str:
     return value if value.startswith("p") else f"p{value}"
 
 
+def objective_of(results: RunResults) -> Objective:
+    """The run's objective as its config stored it, with the priority its decision used; a stored value this
+    version does not accept reads as the default objective (a report never fails on it)."""
+    data = dict(results.config)
+    if results.decision is not None:
+        data["priority"] = results.decision.priority
+    try:
+        return Objective.from_dict(data)
+    except UserInputError:
+        return Objective()
+
+
 def headline(results: RunResults) -> str:
     """The decision in one line (the reason, in the run's own words, is `results.decision.reason`)."""
     decision = results.decision
@@ -191,7 +204,7 @@ def constraints_line(results: RunResults) -> str:
     parts = []
     priority = (results.decision.priority if results.decision else None) or config.get("priority")
     if priority:
-        parts.append(f"priority {priority}" + (f" ({percentile_key(results)})" if priority == "ttft" else ""))
+        parts.append(f"priority {objective_of(results).text}")
     if config.get("strategy"):
         parts.append(f"strategy {config['strategy']}")
     labels = {

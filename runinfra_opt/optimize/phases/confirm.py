@@ -28,27 +28,15 @@ from runinfra_opt.stats import summarize_by_category, summarize_with_intervals
 def rank_predicted(results: RunResults, config: OptimizeConfig) -> list[VariantResult]:
     """Speculative variants, best predicted first (throughput: tokens/s; ttft: TTFT at the percentile, then
     tokens/s). Variants predicted to break `--max-ttft-ms` / `--max-ttft-regression` go last."""
+    objective = config.objective
     baseline = results.variant(BASELINE.name)
-    base_ttft = baseline.predicted.ttft_s.get(config.percentile) if baseline and baseline.predicted else None
+    base_ttft = baseline.predicted.ttft_s.get(objective.percentile) if baseline and baseline.predicted else None
 
-    def breaks_constraint(v: VariantResult) -> bool:
+    def key(v: VariantResult) -> tuple[bool, tuple[float, float], tuple[int, int, str]]:
         assert v.predicted is not None
-        ttft = v.predicted.ttft_s.get(config.percentile)
-        if ttft is None:
-            return False
-        if config.max_ttft_ms is not None and ttft * 1000 > config.max_ttft_ms:
-            return True
-        return bool(
-            config.max_ttft_regression is not None and base_ttft and ttft > base_ttft * (1 + config.max_ttft_regression)
-        )
-
-    def key(v: VariantResult) -> tuple[bool, float, float, tuple[int, int, str]]:
-        assert v.predicted is not None
-        tps = v.predicted.tokens_per_s
-        simpler = Variant.from_dict(v.variant).simplicity_key
-        if config.priority == "ttft":
-            return (breaks_constraint(v), v.predicted.ttft_s.get(config.percentile, float("inf")), -tps, simpler)
-        return (breaks_constraint(v), -tps, 0.0, simpler)
+        ttft = v.predicted.ttft_s.get(objective.percentile)
+        breaks = objective.broken_ttft_limit(ttft, base_ttft) is not None
+        return (breaks, objective.sort_key(v.predicted.tokens_per_s, ttft), Variant.from_dict(v.variant).simplicity_key)
 
     ranked = [v for v in results.variants if v.name != BASELINE.name and v.predicted is not None]
     return sorted(ranked, key=key)
@@ -66,11 +54,8 @@ def _level_leaders(
             continue
         for predicted in vr.load_predicted:
             metrics = predicted.metrics
-            if config.priority == "ttft":
-                ttft = metrics.ttft_s.get(config.percentile)
-                score = -ttft if ttft is not None else None
-            else:
-                score = metrics.output_tokens_per_s.value if metrics.output_tokens_per_s else None
+            tps = metrics.output_tokens_per_s.value if metrics.output_tokens_per_s else None
+            score = config.objective.score(tps, metrics.ttft_s.get(config.objective.percentile))
             if score is not None:
                 by_level.setdefault(predicted.level, []).append((score, vr))
     leaders = []
@@ -123,10 +108,10 @@ def _confirm_sequentially(state: RunState, variants: list[Variant]) -> list[Vari
     have: `serving.predict(after_confirm=True)`), and the next candidate is the first untimed one of the ranking
     whose re-fitted prediction is within `REACH` of the best measured figure at batch 1 or at some load level.
     Stops after `plan.confirm_slots` candidates or when none is in reach (`plan.confirm_stopped`, and a note).
-    The order stays the first ranking's: re-ranked on terms fitted on one or two timed variants, the replay of two
-    recorded exhaustive runs (`benchmarks/confirm_replay.py`) chose no better on json and worse on summarize. A
-    resume (whose predictions are the first ranking's again until re-fitted) times what is missing of
-    `plan.confirm` and goes on choosing."""
+    The order stays the first ranking's: terms fitted on one or two timed variants re-rank no better
+    (`benchmarks/confirm_replay.py`, summary `benchmarks/results/confirm_replay.json`). A resume (whose
+    predictions are the first ranking's again until re-fitted) times what is missing of `plan.confirm` and goes on
+    choosing."""
     from runinfra_opt.optimize import serving
 
     plan = state.plan
@@ -167,13 +152,10 @@ def _standing(state: RunState, variant: Variant, timed: list[Variant]) -> dict[s
     """Where `variant`'s prediction stands against the best measured figure among the `timed` variants, at batch
     1 and at each load level: predicted / best measured tokens/s (`--priority ttft`: best measured TTFT /
     predicted TTFT at the percentile), >= 1 when predicted to beat it. None when nothing can be compared."""
-    config = state.config
+    objective = state.config.objective
 
     def score(tps: float | None, ttft: dict[str, float] | None) -> float | None:
-        if config.priority == "ttft":
-            value = (ttft or {}).get(config.percentile)
-            return 1.0 / value if value else None
-        return tps or None
+        return objective.rate(tps, (ttft or {}).get(objective.percentile))
 
     def at_level(metrics: LevelMetrics) -> float | None:
         return score(metrics.output_tokens_per_s.value if metrics.output_tokens_per_s else None, metrics.ttft_s)

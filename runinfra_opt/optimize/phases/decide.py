@@ -1,6 +1,6 @@
 """Phase `decide`: pick the winner on measured figures only (`optimize.select.decide`).
 
-Reads the confirmed variants' measured records and `config`'s priority and constraints. Fills
+Reads the confirmed variants' measured records and `config.objective` (priority and constraints). Fills
 `results.decision`, with the queueing simulation of the baseline and the winner under the recorded arrivals.
 Raises `NoFeasibleVariantError` (status `no_feasible`) when no variant satisfies the constraints.
 """
@@ -19,16 +19,7 @@ def run(state: RunState) -> None:
 
     config, results = state.config, state.results
     try:
-        decision = decide(
-            results,
-            priority=config.priority,
-            percentile=config.percentile,
-            max_ttft_ms=config.max_ttft_ms,
-            max_ttft_regression=config.max_ttft_regression,
-            min_speedup=config.min_speedup,
-            require_speedup=config.require_speedup,
-            seed=config.seed,
-        )
+        decision = decide(results, config.objective, seed=config.seed)
     except NoFeasibleVariantError:
         results.status = "no_feasible"
         results.phase = "decide"

@@ -1,17 +1,17 @@
 """Phase `extend`: with `--repeats auto` (the default), confirm until the answer is clear.
 
-Reads the confirmed variants' measured records, `results.plan`, the baseline pass and `config`'s priority and
-`--min-speedup`. Runs after `confirm`; an explicit `--repeats N` skips it (today's fixed repeats). Repeats are
-added only on the local executor with an engine that interleaves variants (the transformers engine); elsewhere
-(`--executor ray`, the vLLM engine's server per variant) the certainty is recorded with why none was added.
+Reads the confirmed variants' measured records, `results.plan`, the baseline pass and `config.objective`. Runs
+after `confirm`; an explicit `--repeats N` skips it (fixed repeats). Repeats are added only on the local executor
+with an engine that interleaves variants (the transformers engine); elsewhere (`--executor ray`, the vLLM engine's
+server per variant) the certainty is recorded with why none was added.
 
 1. **Drift.** The baseline's tokens/s in the baseline pass and in every confirmation repeat should agree; when
-   their relative median absolute deviation exceeds `SPREAD_LIMIT` (10%, the rejection limit issue 17 names after
-   vLLM's K tuner), the repeat farthest from the median is timed again, every confirmed variant with
+   their relative median absolute deviation exceeds `SPREAD_LIMIT` (10%, the rejection limit of vLLM's K
+   tuner), the repeat farthest from the median is timed again, every confirmed variant with
    it (they were interleaved, so the drift hit them all), once per run; a note says so either way.
 2. **Stopping rule.** The leading lossless candidate (the fastest by measured tokens/s; `--priority ttft`: the
    lowest TTFT) is compared with the baseline and with the runner-up by paired bootstrap intervals. The answer is
-   unclear when the interval against the baseline straddles the decision threshold (max(1, `--min-speedup`)), or
+   unclear when the interval against the baseline straddles the decision threshold (`Objective.threshold`), or
    the interval against a runner-up that could still pay straddles 1.0 without lying within +-`EQUIVALENT` (2%:
    then either choice is as good). While it is unclear, fewer than `MAX_ADDED_REPEATS` repeats were added and one
    more repeat of the baseline, the leader (and the runner-up when that comparison is unclear) fits the time
@@ -29,6 +29,7 @@ from collections.abc import Sequence
 
 from runinfra_opt import stats
 from runinfra_opt.methods import BASELINE, Variant
+from runinfra_opt.objective import rank
 from runinfra_opt.optimize.state import WARMUP_TOKENS, RunState
 from runinfra_opt.records import RequestRecord, compare_to_baseline, disqualifying
 from runinfra_opt.results import AddedRepeat, Certainty, Interval, VariantResult
@@ -214,15 +215,16 @@ def _text(interval: Interval | None) -> str:
 
 
 def _lead_with_the_tie_winner(state: RunState, pool: list[VariantResult]) -> None:
-    """Put first (in place) the variant that `select` picks from `pool`, sorted by tokens/s: among those within
-    `select.TIE` of the fastest, the simplest. The certainty is then about the variant the decision names (on
-    mixed an exhaustive run chose ngram-n3-k1, 0.9% behind ngram-n3-k2, while its "How sure" line spoke of
-    ngram-n3-k2), and the runner-up is the next fastest other."""
-    from runinfra_opt.optimize.select import TIE, simplicity_key
+    """Put first (in place) the variant that `select` picks from `pool`, sorted by tokens/s (the first of the
+    shared ranking, `objective.rank`): the certainty is then about the variant the decision names, not a faster
+    one within the tie, and the runner-up is the next fastest other."""
+    from runinfra_opt.optimize.select import simplicity_key
 
-    best = stats.tokens_per_s(pool[0].measured_requests)
-    tied = [vr for vr in pool if stats.tokens_per_s(vr.measured_requests) >= best * (1 - TIE)]
-    chosen = min(tied, key=lambda vr: simplicity_key(state.results, Variant.from_dict(vr.variant)))
+    chosen = rank(
+        pool,
+        lambda vr: stats.tokens_per_s(vr.measured_requests),
+        lambda vr: simplicity_key(state.results, Variant.from_dict(vr.variant)),
+    )[0]
     pool.remove(chosen)
     pool.insert(0, chosen)
 
@@ -241,20 +243,18 @@ def assess(state: RunState) -> tuple[Certainty, list[Variant]]:
     if not pool or not base:
         return Certainty(clear=True, summary="no lossless speculative candidate was measured.", added_repeats=added,
                          baseline_spread=spread), []  # fmt: skip
-    ttft = config.priority == "ttft"
+    objective = config.objective
+    higher_is_better = objective.measure.higher_is_better
 
     def compare(records: Sequence[RequestRecord], other: Sequence[RequestRecord]) -> Interval | None:
-        if ttft:
-            return stats.ttft_ratio(records, other, config.percentile, seed=config.seed)
-        return stats.throughput_ratio(records, other, seed=config.seed)
+        return objective.ratio(records, other, seed=config.seed)
 
-    if ttft:
-        pool.sort(key=lambda vr: stats.ttft_at(vr.measured_requests, config.percentile))
-        threshold = min(1.0, 1.0 / config.min_speedup)
-    else:
+    threshold = objective.threshold
+    if higher_is_better:
         pool.sort(key=lambda vr: -stats.tokens_per_s(vr.measured_requests))
-        threshold = max(1.0, config.min_speedup)
         _lead_with_the_tie_winner(state, pool)
+    else:
+        pool.sort(key=lambda vr: stats.ttft_at(vr.measured_requests, objective.percentile))
     leader = pool[0]
     vs_base = compare(leader.measured_requests, base)
     runner = pool[1] if len(pool) > 1 else None
@@ -263,11 +263,11 @@ def assess(state: RunState) -> tuple[Certainty, list[Variant]]:
     if runner is not None:
         runner_vs_base = compare(runner.measured_requests, base)
         if runner_vs_base is not None:
-            runner_may_pay = runner_vs_base.low <= threshold if ttft else runner_vs_base.high >= threshold
+            runner_may_pay = runner_vs_base.high >= threshold if higher_is_better else runner_vs_base.low <= threshold
     base_unclear = _straddles(vs_base, threshold)
     equivalent = vs_runner is not None and vs_runner.low >= 1 - EQUIVALENT and vs_runner.high <= 1 + EQUIVALENT
     runner_unclear = runner_may_pay and _straddles(vs_runner, 1.0) and not equivalent
-    measure = "TTFT" if ttft else "throughput"
+    measure = objective.measure.words
     if vs_base is None:
         where = "cannot be judged against"
     elif base_unclear:
