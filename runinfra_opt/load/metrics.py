@@ -36,7 +36,10 @@ def records_frame(run: LevelRun) -> Any:
 
 
 def measured_window(run: LevelRun, warmup_fraction: float = WARMUP_FRACTION) -> MeasuredWindow:
-    """The window of `run` that throughput is measured over (see the module's docstring)."""
+    """The window of `run` that throughput is measured over: from the send of the first request after the first
+    `warmup_fraction` of sends to the last send, after which fewer and fewer requests are in flight. A run too
+    short for that (fewer than three requests, or a window shorter than the median request's end-to-end time)
+    is measured over its whole span, first send to last completion, and the window says so (`steady`)."""
     import numpy as np
 
     _check_kept(run)
@@ -78,7 +81,9 @@ def _window_tokens(run: LevelRun, window: MeasuredWindow) -> Any:
 
 def _window_shares(run: LevelRun, window: MeasuredWindow) -> list[float]:
     """Per record (in `run.records` order): its share of the window's length, in proportion to the time it was in
-    flight inside the window (sent to done, clipped to the window); equal shares when none overlaps it."""
+    flight inside the window (sent to done, clipped to the window); equal shares when none overlaps it. A bootstrap
+    resample then varies both what requests produced and how long they took: with equal shares, answers all
+    capped at one length would collapse the interval to a point."""
     count = len(run.records)
     if not count:
         return []
@@ -97,7 +102,10 @@ def level_metrics(
     warmup_fraction: float = WARMUP_FRACTION,
     seed: int = 0,
 ) -> LevelMetrics:
-    """Metrics of one load level over its runs (repeats), from their raw records."""
+    """Metrics of one load level over its runs (repeats), from their raw records: output tokens/s inside the
+    measured windows (each chunk counted at its arrival), requests/s, TTFT, TPOT, ITL and end-to-end percentiles
+    of the successful requests sent inside them, and with SLOs the goodput (the share of those requests that
+    succeeded within every SLO, bounds inclusive, as in `vllm bench serve`)."""
     import numpy as np
 
     if not runs:

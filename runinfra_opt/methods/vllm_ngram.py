@@ -37,7 +37,10 @@ the slowest step of a run, so the default space is kept small."""
 def propose(
     context: Sequence[int], *, k: int, prompt_lookup_min: int, prompt_lookup_max: int, max_model_len: int
 ) -> list[int]:
-    """vLLM's n-gram proposal for this context (possibly empty)."""
+    """vLLM's n-gram proposal for this context (possibly empty): the longest n-gram, n in [prompt_lookup_min,
+    prompt_lookup_max], that ends the context and also occurs earlier (ending before the last token); at its
+    earliest occurrence, up to k tokens that follow it, cut at the end of the context and so that the context
+    never exceeds max_model_len."""
     total = len(context)
     if total < prompt_lookup_min:
         return []
@@ -84,7 +87,10 @@ def simulate(
     prompt_lookup_max: int,
     max_model_len: int,
 ) -> NgramSimulation:
-    """Replay vLLM's n-gram speculation over the target's greedy output for one request."""
+    """Replay vLLM's n-gram speculation over the target's greedy output for one request at batch 1: the prefill
+    yields the first token, every later pass verifies the proposal from the context so far and yields the
+    accepted tokens plus one. vLLM proposes past the request's `max_tokens`, so on the last pass only the tokens
+    inside the known output are counted, and the result says so (`last_pass_lower_bound`)."""
     if k < 1:
         raise ValueError("k (num_speculative_tokens) must be >= 1")
     if not 1 <= prompt_lookup_min <= prompt_lookup_max:

@@ -3,7 +3,10 @@
 A teacher-forced pass of each drafter over prompt + baseline output gives, per request, the agreement flags
 (greedy) or acceptance probabilities (sampled); a short calibration run per speculative method fits the generate
 loop's cost per round and per drafted token, in both strategies, so that an exhaustive run checks the predictor
-`--strategy predictive` ships. Each piece is saved as it finishes; a resume does only the rest."""
+`--strategy predictive` ships. Each piece is saved as it finishes; a resume does only the rest.
+
+Reads `state.requests`, `state.engine` (its `PROFILE` capability), `state.space` and the baseline pass; fills
+`results.profile` (`agreement`, `acceptance`, `calibration`)."""
 
 from __future__ import annotations
 

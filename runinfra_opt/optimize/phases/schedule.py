@@ -3,8 +3,8 @@
 Under load, when the choice rule (`optimize.kschedule`) picks different lookaheads at different concurrencies for
 one family, the schedule built from those choices is timed and served like any variant, and written (allowed to
 win a level) only if it measures better than every fixed lookahead of its family at the levels it covers: never
-on the strength of its parts (vLLM issue #49548). It is fixed before anything is timed, so a resume measures
-the same one."""
+on the strength of its parts (vLLM issue #49548). The proposal is fixed in `results.load.schedule` before
+anything is timed, so a resume measures the same one."""
 
 from __future__ import annotations
 
