@@ -103,7 +103,7 @@ def replay(run_dir: Path, work: Path, mode: str, confirm_count: int, vllm_python
     if mode == "at-once":
         confirm._confirm_sequentially = at_once
     try:
-        results = run_optimize(OptimizeConfig(**config), resume=str(copy))
+        results = run_optimize(OptimizeConfig.from_dict(config), resume=str(copy))
     finally:
         confirm.time_by_variant, confirm._confirm_sequentially = saved
     assert results.decision is not None

@@ -60,7 +60,7 @@ def repredict(run_dir: Path, work: Path, vllm_python: str | None) -> dict[str, A
         config["vllm_python"] = vllm_python
     servers = len(list((copy / "servers").glob("*.log")))
     start = time.perf_counter()
-    results = run_optimize(OptimizeConfig(**config), resume=str(copy))
+    results = run_optimize(OptimizeConfig.from_dict(config), resume=str(copy))
     launched = len(list((copy / "servers").glob("*.log"))) - servers
     if launched:
         raise SystemExit(f"{run_dir}: resuming launched {launched} server(s): the run was not complete")

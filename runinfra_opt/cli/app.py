@@ -27,7 +27,7 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
-    rich_markup_mode=None,
+    rich_markup_mode="rich",
 )
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -98,6 +98,7 @@ def _root(
 # Each command module registers its commands on `app` when imported (they import `app` from here, so these
 # imports come after its definition). Command modules import nothing heavy at module level.
 from runinfra_opt.cli import bench, draft, engine, load, manifest, optimize, report, workload  # noqa: E402,F401,I001
+
 
 def main() -> None:
     """Console-script entry point."""
