@@ -9,11 +9,15 @@ from rich.console import Console
 
 from runinfra_opt.cli.app import app, handle_errors, progress_bar
 from runinfra_opt.cli.optimize import BUDGET, ENGINE, SPACE, WORKLOAD
+from runinfra_opt.engine.registry import DEFAULT_ENGINE
 
 
 @app.command()
 @handle_errors
 def bench(
+    workload: str = typer.Option(
+        "mixed", "--workload", help="Bundled workload name or a workload file.", rich_help_panel=WORKLOAD
+    ),
     method: str = typer.Option(
         ...,
         "--method",
@@ -23,14 +27,11 @@ def bench(
     lookahead: int | None = typer.Option(
         None, "--lookahead", help="Tokens drafted per target pass (k).", rich_help_panel=SPACE
     ),
-    workload: str = typer.Option(
-        "mixed", "--workload", help="Bundled workload name or a workload file.", rich_help_panel=WORKLOAD
-    ),
     target: str = typer.Option(
         "default", "--target", help="default, a model directory, a .gguf file or a hub id.", rich_help_panel=SPACE
     ),
     engine: str = typer.Option(
-        "transformers",
+        DEFAULT_ENGINE,
         "--engine",
         help="The engine that runs and measures: transformers (in-process) or vllm (a server per variant).",
         rich_help_panel=ENGINE,

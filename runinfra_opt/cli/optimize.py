@@ -17,6 +17,7 @@ from rich.console import Console
 from runinfra_opt.cli.app import app, err_console, handle_errors, progress_bar
 from runinfra_opt.cli.settings import effective_settings, settings_yaml
 from runinfra_opt.drafts import DEFAULT_DRAFTS_DIR
+from runinfra_opt.engine.registry import DEFAULT_ENGINE
 from runinfra_opt.errors import GateFailedError
 from runinfra_opt.exitcodes import ExitCode
 from runinfra_opt.optimize.config import (
@@ -143,7 +144,7 @@ def optimize(
         rich_help_panel=SPACE,
     ),
     engine: str = typer.Option(
-        "transformers",
+        DEFAULT_ENGINE,
         "--engine",
         help="The engine that runs and measures: transformers (in-process) or vllm (a server per variant).",
         rich_help_panel=ENGINE,
@@ -297,7 +298,8 @@ def optimize(
     """Find the fastest lossless speculative-decoding setup for a workload: profile once, predict every
     variant, time the best few against the baseline, decide on measured figures, write the manifest.
 
-    Exit codes: 0 manifest written; 2 bad input; 3 no variant (not even the baseline) satisfies the constraints;
+    Exit codes: 0 manifest written; 2 bad input;
+    3 no variant (not even the baseline) satisfies the constraints;
     4 with --require-speedup when the baseline wins."""
 
     from runinfra_opt.optimize.pipeline import run_optimize
