@@ -5,6 +5,7 @@ typed options: validated by the engine, carried by the config, read back from ol
 from __future__ import annotations
 
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import yaml
@@ -14,7 +15,9 @@ from runinfra_opt.cli.app import app
 from runinfra_opt.engine.registry import EngineOptions, EngineSetup
 from runinfra_opt.engine.vllm.options import VllmOptions
 from runinfra_opt.errors import UserInputError
+from runinfra_opt.methods import BASELINE
 from runinfra_opt.optimize.config import OptimizeConfig
+from runinfra_opt.optimize.executors.trial import trial_specs
 from runinfra_opt.results import load_results
 from tests.test_optimize import tiny_workload as tiny_workload  # the fixture, reused
 
@@ -179,3 +182,19 @@ def test_old_flat_results_still_load() -> None:
     assert config.pair_baseline is False
     old_transformers = {"engine": "transformers", "vllm_python": None, "pair_baseline": True, "tie_tolerance": 0.3}
     assert OptimizeConfig.from_dict(old_transformers).engine_options == EngineOptions()
+
+
+def test_a_trial_opens_the_engine_as_the_run_does() -> None:
+    config = OptimizeConfig(executor="ray", seed=5, threads=2, allow_tokenizer_mismatch=True)
+    state = SimpleNamespace(
+        config=config, baseline_records=dict, plan=SimpleNamespace(repeats=2), requests=[], max_tokens=8
+    )
+    (spec,) = trial_specs(state, [BASELINE], threads=3)  # type: ignore[arg-type]
+    assert spec.setup == config.engine_setup(threads=3)
+    assert (spec.setup.seed, spec.setup.threads, spec.setup.allow_tokenizer_mismatch) == (5, 3, True)
+
+
+def test_bench_rejects_an_option_of_another_engine(runner: CliRunner) -> None:
+    result = runner.invoke(app, ["bench", "--method", "baseline", "--tie-tolerance", "0.1"])
+    assert result.exit_code == 2, result.output
+    assert "--tie-tolerance needs --engine vllm" in result.output
