@@ -7,12 +7,14 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Literal
 
+from runinfra_opt.drafts import DEFAULT_DRAFTS_DIR, find_distilled_drafts
 from runinfra_opt.engine import registry as engine_registry
 from runinfra_opt.engine.registry import EngineOptions, EngineSetup
 from runinfra_opt.errors import UserInputError
 from runinfra_opt.load.spec import check_burstiness, check_time_scale, parse_load
 from runinfra_opt.methods import get_method
 from runinfra_opt.methods import registry as method_registry
+from runinfra_opt.models import resolve_model
 
 Priority = Literal["throughput", "ttft"]
 Strategy = Literal["predictive", "exhaustive"]
@@ -290,9 +292,6 @@ class OptimizeConfig:
         (`priority`, `vllm_python`, `draft`, `lookahead`, `runs_root`, ...; one missing takes the field's
         default). Without `--draft`, drafts distilled for the target in `drafts_dir` are used (`on_note` says
         which)."""
-        from runinfra_opt.drafts import DEFAULT_DRAFTS_DIR, find_distilled_drafts
-        from runinfra_opt.models import resolve_model
-
         def value(name: str, default: Any = None) -> Any:
             got = values.get(name)
             return default if got is None else got
