@@ -54,6 +54,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script: the repository's packages
 from benchmarks import summary  # noqa: E402
+from runinfra_opt.engine.registry import EngineSetup
+from runinfra_opt.engine.vllm.options import VllmOptions
 from runinfra_opt.optimize.config import OptimizeConfig, parse_repeats
 from runinfra_opt.optimize.pipeline import run_optimize
 from runinfra_opt.report.accuracy import family_rankings, kendall_tau, level_prediction_errors, prediction_errors
@@ -90,10 +92,15 @@ def _space(args: argparse.Namespace) -> dict[str, Any]:
     return SPACE | {"exit_layers": tuple(args.exit_layers)}
 
 
+def _vllm_setup(args: argparse.Namespace) -> EngineSetup:
+    """The vllm engine over the target, with the vLLM environment given (if any)."""
+    return EngineSetup(engine="vllm", target=args.target, options=VllmOptions(python=args.vllm_python))
+
+
 def run_one(workload: str, strategy: str, args: argparse.Namespace, root: Path) -> tuple[RunResults, float]:
     serving: dict[str, Any] = {}
     if args.engine == "vllm":
-        serving = {"engine": "vllm", "vllm_python": args.vllm_python, "load": args.load}
+        serving = {"engine": "vllm", "engine_options": VllmOptions(python=args.vllm_python), "load": args.load}
     config = OptimizeConfig(
         workload=workload,
         target=args.target,
@@ -215,8 +222,7 @@ def serving_head_to_head(
     records: dict[str, list[Any]] = {p_name: [], e_name: []}
     launches = []
     start = time.perf_counter()
-    engine = open_engine("vllm", args.target, log_dir=log_dir, seed=0,
-                         **({"vllm_python": args.vllm_python} if args.vllm_python else {}))  # fmt: skip
+    engine = open_engine(_vllm_setup(args), log_dir=log_dir)
     assert isinstance(engine, VllmEngine)
     try:
         for repeat in range(args.h2h_repeats):
@@ -575,8 +581,7 @@ def _main_vllm(args: argparse.Namespace, report: dict[str, Any], root: Path) -> 
     from runinfra_opt.workload.model import Request
 
     start = time.perf_counter()
-    engine = open_engine("vllm", args.target, log_dir=root / "warm", seed=0,
-                         **({"vllm_python": args.vllm_python} if args.vllm_python else {}))  # fmt: skip
+    engine = open_engine(_vllm_setup(args), log_dir=root / "warm")
     try:
         engine.warmup(Request(id="prime", line=1, prompt="Say hello.", max_tokens=8), BASELINE)
     finally:

@@ -2,7 +2,7 @@
 aggregate the raw records.
 
 `run_variants` is engine-agnostic (anything implementing `Engine` plus `warmup`); `run_bench` loads the
-workload and the models and builds the in-process transformers engine. Losslessness is checked with
+workload and opens the configured engine over the models (`engine.registry.open_engine`). Losslessness is checked with
 `runinfra_opt.records.compare_to_baseline`, the rule the optimizer shares. `runinfra_opt.report.bench`
 renders a `BenchResult`.
 """
@@ -13,7 +13,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from runinfra_opt.engine import registry as engine_registry
 from runinfra_opt.engine.protocol import Engine
+from runinfra_opt.engine.registry import DEFAULT_ENGINE, EngineOptions, EngineSetup
 from runinfra_opt.errors import UserInputError
 from runinfra_opt.methods import BASELINE, Variant, get_method
 from runinfra_opt.methods.base import MethodOptions
@@ -121,10 +123,10 @@ class BenchConfig:
     workload: str = "mixed"
     target: str = "default"
     draft: str | None = None
-    engine: str = "transformers"
-    vllm_python: str | None = None
-    tie_tolerance: float | None = None
-    """None: by the engine's dtype (`records.TIE_TOLERANCES`)."""
+    engine: str = DEFAULT_ENGINE
+    engine_options: EngineOptions = field(default_factory=EngineOptions)
+    """The engine's own typed options (`engine_registry.engine_options`); its near-tie tolerance None: by the
+    engine's dtype (`records.TIE_TOLERANCES`)."""
     requests: int | None = None
     repeat: int = 1
     vs_baseline: bool = False
@@ -135,8 +137,27 @@ class BenchConfig:
     skip_too_long: bool = False
     allow_tokenizer_mismatch: bool = False
 
+    def __post_init__(self) -> None:
+        cls = engine_registry.options_class(engine_registry.check(self.engine))
+        if type(self.engine_options) is EngineOptions and cls is not EngineOptions:
+            object.__setattr__(self, "engine_options", cls())
+
+    def engine_setup(self) -> EngineSetup:
+        return EngineSetup(
+            engine=self.engine,
+            target=self.target,
+            drafts=(self.draft,) if self.draft is not None else (),
+            options=self.engine_options,
+            device=self.device,
+            dtype=self.dtype,
+            threads=self.threads,
+            allow_tokenizer_mismatch=self.allow_tokenizer_mismatch,
+            skip_too_long=self.skip_too_long,
+        )
+
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
+        data["engine_options"] = self.engine_options.to_dict()
         data["variant"] = self.variant.to_dict()
         data["variant_name"] = self.variant.name
         return data
@@ -225,7 +246,6 @@ def run_bench(
 ) -> BenchResult:
     """Load the workload and models, run the variant (and the baseline with `vs_baseline`), summarize."""
     from runinfra_opt.drafts import measurable_requests
-    from runinfra_opt.engine import registry as engine_registry
 
     if config.requests is not None and config.requests < 1:
         raise UserInputError(f"--requests {config.requests}: must be >= 1")
@@ -237,22 +257,7 @@ def run_bench(
         workload = load_workload_spec(config.workload, max_tokens=config.max_tokens)
     requests = list(workload.requests[: config.requests] if config.requests else workload.requests)
     draft_specs = [config.draft] if config.draft is not None else []
-    engine_registry.check(config.engine)
-    if config.vllm_python is not None and config.engine != "vllm":
-        raise UserInputError("--vllm-python needs --engine vllm")
-    if config.tie_tolerance is not None and config.tie_tolerance < 0:
-        raise UserInputError(f"--tie-tolerance {config.tie_tolerance}: must be >= 0")
-    engine = engine_registry.open_engine(
-        config.engine,
-        config.target,
-        draft_specs,
-        device=config.device,
-        dtype=config.dtype,
-        threads=config.threads,
-        allow_tokenizer_mismatch=config.allow_tokenizer_mismatch,
-        skip_too_long=config.skip_too_long,
-        **({"vllm_python": config.vllm_python} if config.vllm_python else {}),
-    )
+    engine = engine_registry.open_engine(config.engine_setup())
     try:
         measurable = measurable_requests(
             engine.prompts, requests, max_tokens=config.max_tokens, source=workload.path, drafts=draft_specs
@@ -270,8 +275,8 @@ def run_bench(
             max_tokens=config.max_tokens,
             repeat=config.repeat,
             progress=progress,
-            tie_tolerance=config.tie_tolerance
-            if config.tie_tolerance is not None
+            tie_tolerance=tie_tolerance
+            if (tie_tolerance := config.engine_options.near_tie_nats) is not None
             else default_tie_tolerance(engine.environment().get("dtype")),
         )
         environment = engine.environment()

@@ -147,7 +147,7 @@ def test_without_pairing_one_server_runs_at_a_time(
     )
     assert result.exit_code == 0, result.output
     results = load_results(run_dir / "results.json")
-    assert results.config["pair_baseline"] is False
+    assert results.config["engine_options"]["pair_baseline"] is False
     names = [v.name for v in results.variants]
     assert [launch["variant"] for launch in results.launches] == names
     for vr in results.variants:  # every variant against the baseline's own repeats, nothing timed beside it

@@ -1,7 +1,8 @@
 """`runinfra-opt optimize`: find the best speculative configuration for a workload and write the manifest.
 
-Thin: parse options into an `OptimizeConfig`, call `run_optimize`, render the summary (stderr progress bars,
-a table and the decision in one sentence on stdout, or the decision as JSON with `--json`).
+Thin: collect the option values (with `--config FILE` under them, `cli.settings`), build an `OptimizeConfig`
+(`OptimizeConfig.from_options`), call `run_optimize`, render the summary (stderr progress bars, a table and the
+decision in one sentence on stdout, or the decision as JSON with `--json`).
 """
 
 from __future__ import annotations
@@ -14,20 +15,18 @@ import typer
 from rich.console import Console
 
 from runinfra_opt.cli.app import app, err_console, handle_errors, progress_bar
-from runinfra_opt.drafts import DEFAULT_DRAFTS_DIR, find_distilled_drafts
+from runinfra_opt.cli.settings import effective_settings, settings_yaml
+from runinfra_opt.drafts import DEFAULT_DRAFTS_DIR
+from runinfra_opt.engine.registry import DEFAULT_ENGINE
 from runinfra_opt.errors import GateFailedError
 from runinfra_opt.exitcodes import ExitCode
-from runinfra_opt.models import resolve_model
-from runinfra_opt.objective import DEFAULT_MIN_SPEEDUP, Objective
+from runinfra_opt.objective import DEFAULT_MIN_SPEEDUP
 from runinfra_opt.optimize.config import (
     DEFAULT_BUDGET_MINUTES,
     DEFAULT_CONFIRM,
     DEFAULT_MAX_RETRIES,
     DEFAULT_RUNS_ROOT,
     OptimizeConfig,
-    parse_int_list,
-    parse_methods,
-    parse_repeats,
 )
 from runinfra_opt.optimize.rundir import latest_left_note, moves_latest
 
@@ -35,6 +34,14 @@ if TYPE_CHECKING:  # pragma: no cover
     from rich.progress import Progress, TaskID
 
     from runinfra_opt.results import RunResults
+
+WORKLOAD = "Workload"
+SPACE = "Search space"
+ENGINE = "Engine"
+LOAD = "Load and SLOs"
+DECISION = "Decision"
+BUDGET = "Budget and outputs"
+CLUSTER = "Cluster"
 
 
 class _BarReporter:
@@ -68,195 +75,247 @@ class _BarReporter:
 @app.command()
 @handle_errors
 def optimize(
-    priority: str = typer.Option(
-        "throughput", "--priority", help="throughput, ttft or first-token-latency (an alias of ttft)."
-    ),
+    ctx: typer.Context,
     workload: str | None = typer.Option(
-        None, "--workload", help="Bundled workload name or a workload file (default: the bundled `mixed`)."
-    ),
-    workload_format: str | None = typer.Option(None, "--format", help="Workload file format (default: by suffix)."),
-    target: str = typer.Option("default", "--target", help="default, a model directory, a .gguf file or a hub id."),
-    engine: str = typer.Option(
-        "transformers",
-        "--engine",
-        help="The engine that runs and measures: transformers (in-process) or vllm (a server per variant).",
-    ),
-    vllm_python: str | None = typer.Option(
-        None, "--vllm-python", help="Python of an existing vLLM environment (default: `engine install vllm`'s)."
-    ),
-    tie_tolerance: float | None = typer.Option(
         None,
-        "--tie-tolerance",
-        help="Nats: a greedy divergence where the baseline's top two tokens are this close is a near-tie "
-        "(vllm; default by dtype: bfloat16 0.25, float16 0.05, float32 0.01).",
+        "--workload",
+        help="Bundled workload name or a workload file (default: the bundled `mixed`).",
+        rich_help_panel=WORKLOAD,
+    ),
+    workload_format: str | None = typer.Option(
+        None, "--format", help="Workload file format (default: by suffix).", rich_help_panel=WORKLOAD
+    ),
+    max_requests: int | None = typer.Option(
+        None, "--max-requests", help="Use at most N requests (after the plan).", rich_help_panel=WORKLOAD
+    ),
+    max_tokens: int | None = typer.Option(
+        None,
+        "--max-tokens",
+        help="Cap on new tokens per request (default: each request's own max_tokens).",
+        rich_help_panel=WORKLOAD,
+    ),
+    skip_too_long: bool = typer.Option(
+        False,
+        "--skip-too-long",
+        help="Skip requests longer than the target's context instead of failing.",
+        rich_help_panel=WORKLOAD,
+    ),
+    target: str = typer.Option(
+        "default", "--target", help="default, a model directory, a .gguf file or a hub id.", rich_help_panel=SPACE
     ),
     draft: list[str] = typer.Option(
         [],
         "--draft",
         help="A draft model to consider (repeatable), or eagle3:PATH / eagle:PATH for an EAGLE-3 / EAGLE head. "
         "Default: the drafts distilled for the target in --drafts-dir.",
+        rich_help_panel=SPACE,
     ),
     drafts_dir: Path = typer.Option(
         DEFAULT_DRAFTS_DIR,
         "--drafts-dir",
         help="Where drafts made by `draft distill` are found when no --draft is given (only those for this target).",
+        rich_help_panel=SPACE,
     ),
     methods: list[str] = typer.Option(
         [],
         "--methods",
         help="Methods: ngram, early_exit, draft, vllm_ngram, eagle, eagle3 (repeatable or comma-separated).",
+        rich_help_panel=SPACE,
     ),
     lookahead: list[str] = typer.Option(
-        [], "--lookahead", help="Lookaheads for every method, replacing the defaults (e.g. 2,4,8)."
+        [],
+        "--lookahead",
+        help="Lookaheads for every method, replacing the defaults (e.g. 2,4,8).",
+        rich_help_panel=SPACE,
     ),
-    ngram_max: list[str] = typer.Option([], "--ngram-max", help="Prompt lookup max n-gram sizes (default 1,2,3)."),
+    ngram_max: list[str] = typer.Option(
+        [], "--ngram-max", help="Prompt lookup max n-gram sizes (default 1,2,3).", rich_help_panel=SPACE
+    ),
     exit_layers: list[str] = typer.Option(
-        [], "--exit-layers", help="Early-exit layers (default: L/4, L/2, 3L/4 of the target's L layers)."
+        [],
+        "--exit-layers",
+        help="Early-exit layers (default: L/4, L/2, 3L/4 of the target's L layers).",
+        rich_help_panel=SPACE,
     ),
-    strategy: str = typer.Option(
-        "predictive", "--strategy", help="predictive (profile, predict, confirm the best) or exhaustive (time all)."
+    allow_tokenizer_mismatch: bool = typer.Option(
+        False,
+        "--allow-tokenizer-mismatch",
+        help="Run a draft with another tokenizer (universal assisted generation).",
+        rich_help_panel=SPACE,
     ),
-    confirm: int = typer.Option(DEFAULT_CONFIRM, "--confirm", help="Predicted-best candidates to time end to end."),
+    engine: str = typer.Option(
+        DEFAULT_ENGINE,
+        "--engine",
+        help="The engine that runs and measures: transformers (in-process) or vllm (a server per variant).",
+        rich_help_panel=ENGINE,
+    ),
+    device: str = typer.Option("auto", "--device", help="auto, cpu or cuda[:N].", rich_help_panel=ENGINE),
+    dtype: str = typer.Option("auto", "--dtype", help="auto, float32, bfloat16 or float16.", rich_help_panel=ENGINE),
+    threads: int | None = typer.Option(
+        None, "--threads", help="CPU threads for torch (default: torch's).", rich_help_panel=ENGINE
+    ),
+    vllm_python: str | None = typer.Option(
+        None,
+        "--vllm-python",
+        help="vllm: Python of an existing vLLM environment (default: `engine install vllm`'s).",
+        rich_help_panel=ENGINE,
+    ),
     pair_baseline: bool = typer.Option(
         True,
         "--pair-baseline/--no-pair-baseline",
         help="vllm (CPU): time each candidate beside the baseline, requests alternating between the two servers.",
+        rich_help_panel=ENGINE,
     ),
-    repeats: str = typer.Option(
-        "auto",
-        "--repeats",
-        help="Timed repeats per request in confirmation: auto (2 or 3 by budget, more for the leaders until the "
-        "decision is clear) or a number.",
+    tie_tolerance: float | None = typer.Option(
+        None,
+        "--tie-tolerance",
+        help="vllm, nats: a greedy divergence where the baseline's top two tokens are this close is a near-tie "
+        "(default by dtype: bfloat16 0.25, float16 0.05, float32 0.01).",
+        rich_help_panel=ENGINE,
     ),
-    percentile: str = typer.Option("p95", "--percentile", help="TTFT percentile for --priority ttft: p50/p90/p95/p99."),
-    max_ttft_ms: float | None = typer.Option(None, "--max-ttft-ms", help="Rule out variants whose TTFT exceeds this."),
-    max_ttft_regression: float | None = typer.Option(
-        None, "--max-ttft-regression", help="Rule out variants whose TTFT exceeds the baseline's by this (0.10 = 10%)."
-    ),
-    min_speedup: float = typer.Option(
-        DEFAULT_MIN_SPEEDUP, "--min-speedup", help="A speculative winner must be at least this much faster."
-    ),
-    require_speedup: bool = typer.Option(
-        False, "--require-speedup", help="Exit 4 when the baseline wins (for CI gates)."
-    ),
-    budget_minutes: float = typer.Option(
-        DEFAULT_BUDGET_MINUTES, "--budget-minutes", help="Plan measuring to fit this many minutes (subsamples)."
-    ),
-    max_requests: int | None = typer.Option(None, "--max-requests", help="Use at most N requests (after the plan)."),
-    run_dir: Path | None = typer.Option(None, "--run-dir", help="Run directory (default: .runinfra/runs/<time>-<id>)."),
-    resume: str | None = typer.Option(
-        None, "--resume", help="Continue an interrupted run: its directory, run id or `latest`."
-    ),
-    out: Path = typer.Option(Path("runinfra-manifest.yaml"), "--out", help="Where to write the manifest."),
-    as_json: bool = typer.Option(False, "--json", help="Print the decision as JSON on stdout."),
-    device: str = typer.Option("auto", "--device", help="auto, cpu or cuda[:N]."),
-    dtype: str = typer.Option("auto", "--dtype", help="auto, float32, bfloat16 or float16."),
-    threads: int | None = typer.Option(None, "--threads", help="CPU threads for torch (default: torch's)."),
-    max_tokens: int | None = typer.Option(
-        None, "--max-tokens", help="Cap on new tokens per request (default: each request's own max_tokens)."
-    ),
-    seed: int = typer.Option(0, "--seed", help="Seed for subsampling and bootstrap intervals."),
-    remeasure_cost: bool = typer.Option(False, "--remeasure-cost", help="Measure forward costs again (no cache)."),
-    skip_too_long: bool = typer.Option(
-        False, "--skip-too-long", help="Skip requests longer than the target's context instead of failing."
-    ),
-    allow_tokenizer_mismatch: bool = typer.Option(
-        False, "--allow-tokenizer-mismatch", help="Run a draft with another tokenizer (universal assisted generation)."
-    ),
-    runs_root: Path = typer.Option(DEFAULT_RUNS_ROOT, "--runs-dir", help="Where run directories are created."),
-    executor: str = typer.Option(
-        "local", "--executor", help="Where confirmation trials run: local (this process) or ray (one task each)."
-    ),
-    ray_address: str | None = typer.Option(
-        None, "--ray-address", help="Ray cluster to join, e.g. auto or ray://head:10001 (default: start a local one)."
-    ),
-    trial_resources: str | None = typer.Option(
-        None, "--trial-resources", help="Ray resources per trial, e.g. num_cpus=4,num_gpus=1 (default: see docs)."
-    ),
-    max_retries: int = typer.Option(
-        DEFAULT_MAX_RETRIES, "--max-retries", help="Resubmissions of a trial whose worker or node died (ray)."
+    remeasure_cost: bool = typer.Option(
+        False, "--remeasure-cost", help="Measure forward costs again (no cache).", rich_help_panel=ENGINE
     ),
     load: str = typer.Option(
         "auto",
         "--load",
         help="Load levels each variant is served under (vllm): replay, concurrency:1,4,16, rate:0.5,2 joined with "
         "+; auto: replay (if the workload records arrivals) + a concurrency sweep; none: batch 1 only.",
+        rich_help_panel=LOAD,
     ),
-    time_scale: float = typer.Option(1.0, "--time-scale", help="Replay: multiply the recorded gaps (0.5: 2x as fast)."),
-    burstiness: float = typer.Option(1.0, "--burstiness", help="Rate levels: gamma shape of the gaps (1: Poisson)."),
-    slo_ttft_ms: float | None = typer.Option(None, "--slo-ttft-ms", help="Under load: the TTFT goodput counts."),
-    slo_tpot_ms: float | None = typer.Option(None, "--slo-tpot-ms", help="Under load: the TPOT goodput counts."),
+    time_scale: float = typer.Option(
+        1.0, "--time-scale", help="Replay: multiply the recorded gaps (0.5: 2x as fast).", rich_help_panel=LOAD
+    ),
+    burstiness: float = typer.Option(
+        1.0, "--burstiness", help="Rate levels: gamma shape of the gaps (1: Poisson).", rich_help_panel=LOAD
+    ),
+    slo_ttft_ms: float | None = typer.Option(
+        None, "--slo-ttft-ms", help="Under load: the TTFT goodput counts.", rich_help_panel=LOAD
+    ),
+    slo_tpot_ms: float | None = typer.Option(
+        None, "--slo-tpot-ms", help="Under load: the TPOT goodput counts.", rich_help_panel=LOAD
+    ),
+    priority: str = typer.Option(
+        "throughput",
+        "--priority",
+        help="throughput, ttft or first-token-latency (an alias of ttft).",
+        rich_help_panel=DECISION,
+    ),
+    percentile: str = typer.Option(
+        "p95", "--percentile", help="TTFT percentile for --priority ttft: p50/p90/p95/p99.", rich_help_panel=DECISION
+    ),
+    max_ttft_ms: float | None = typer.Option(
+        None, "--max-ttft-ms", help="Rule out variants whose TTFT exceeds this.", rich_help_panel=DECISION
+    ),
+    max_ttft_regression: float | None = typer.Option(
+        None,
+        "--max-ttft-regression",
+        help="Rule out variants whose TTFT exceeds the baseline's by this (0.10 = 10%).",
+        rich_help_panel=DECISION,
+    ),
+    min_speedup: float = typer.Option(
+        DEFAULT_MIN_SPEEDUP,
+        "--min-speedup",
+        help="A speculative winner must be at least this much faster.",
+        rich_help_panel=DECISION,
+    ),
+    require_speedup: bool = typer.Option(
+        False, "--require-speedup", help="Exit 4 when the baseline wins (for CI gates).", rich_help_panel=DECISION
+    ),
+    strategy: str = typer.Option(
+        "predictive",
+        "--strategy",
+        help="predictive (profile, predict, confirm the best) or exhaustive (time all).",
+        rich_help_panel=DECISION,
+    ),
+    confirm: int = typer.Option(
+        DEFAULT_CONFIRM, "--confirm", help="Predicted-best candidates to time end to end.", rich_help_panel=DECISION
+    ),
+    repeats: str = typer.Option(
+        "auto",
+        "--repeats",
+        help="Timed repeats per request in confirmation: auto (2 or 3 by budget, more for the leaders until the "
+        "decision is clear) or a number.",
+        rich_help_panel=DECISION,
+    ),
+    seed: int = typer.Option(
+        0, "--seed", help="Seed for subsampling and bootstrap intervals.", rich_help_panel=DECISION
+    ),
+    budget_minutes: float = typer.Option(
+        DEFAULT_BUDGET_MINUTES,
+        "--budget-minutes",
+        help="Plan measuring to fit this many minutes (subsamples).",
+        rich_help_panel=BUDGET,
+    ),
+    run_dir: Path | None = typer.Option(
+        None, "--run-dir", help="Run directory (default: .runinfra/runs/<time>-<id>).", rich_help_panel=BUDGET
+    ),
+    resume: str | None = typer.Option(
+        None, "--resume", help="Continue an interrupted run: its directory, run id or `latest`.", rich_help_panel=BUDGET
+    ),
+    out: Path = typer.Option(
+        Path("runinfra-manifest.yaml"), "--out", help="Where to write the manifest.", rich_help_panel=BUDGET
+    ),
+    as_json: bool = typer.Option(False, "--json", help="Print the decision as JSON on stdout.", rich_help_panel=BUDGET),
+    runs_root: Path = typer.Option(
+        DEFAULT_RUNS_ROOT, "--runs-dir", help="Where run directories are created.", rich_help_panel=BUDGET
+    ),
+    config_file: Path | None = typer.Option(
+        None,
+        "--config",
+        help="A YAML file of settings: each option's long name as a key (`max-tokens: 24`); options given on the "
+        "command line override it.",
+        rich_help_panel=BUDGET,
+    ),
+    print_config: bool = typer.Option(
+        False, "--print-config", help="Print the effective settings as --config YAML and exit.", rich_help_panel=BUDGET
+    ),
+    executor: str = typer.Option(
+        "local",
+        "--executor",
+        help="Where confirmation trials run: local (this process) or ray (one task each).",
+        rich_help_panel=CLUSTER,
+    ),
+    ray_address: str | None = typer.Option(
+        None,
+        "--ray-address",
+        help="Ray cluster to join, e.g. auto or ray://head:10001 (default: start a local one).",
+        rich_help_panel=CLUSTER,
+    ),
+    trial_resources: str | None = typer.Option(
+        None,
+        "--trial-resources",
+        help="Ray resources per trial, e.g. num_cpus=4,num_gpus=1 (default: see docs).",
+        rich_help_panel=CLUSTER,
+    ),
+    max_retries: int = typer.Option(
+        DEFAULT_MAX_RETRIES,
+        "--max-retries",
+        help="Resubmissions of a trial whose worker or node died (ray).",
+        rich_help_panel=CLUSTER,
+    ),
 ) -> None:
     """Find the fastest lossless speculative-decoding setup for a workload: profile once, predict every
     variant, time the best few against the baseline, decide on measured figures, write the manifest.
 
-    Exit codes: 0 manifest written; 2 bad input; 3 no variant (not even the baseline) satisfies the
-    constraints; 4 with --require-speedup when the baseline wins."""
+    Exit codes: 0 manifest written; 2 bad input;
+    3 no variant (not even the baseline) satisfies the constraints;
+    4 with --require-speedup when the baseline wins."""
 
     from runinfra_opt.optimize.pipeline import run_optimize
 
-    drafts = tuple(dict.fromkeys(draft))
-    parsed_methods = parse_methods(methods)
-    if not drafts and (parsed_methods is None or "draft" in parsed_methods):
-        drafts = tuple(find_distilled_drafts(resolve_model(target).sha256(), drafts_dir))
-        if drafts:
-            err_console.print(
-                f"using {len(drafts)} draft(s) distilled for this target, found in {drafts_dir}: "
-                + ", ".join(Path(d).name for d in drafts),
-                markup=False,
-            )
-    config = OptimizeConfig(
-        objective=Objective.parse(
-            priority,
-            percentile,
-            max_ttft_ms=max_ttft_ms,
-            max_ttft_regression=max_ttft_regression,
-            min_speedup=min_speedup,
-            require_speedup=require_speedup,
-        ),
-        workload=workload,
-        workload_format=workload_format,
-        target=target,
-        engine=engine,
-        vllm_python=vllm_python,
-        tie_tolerance=tie_tolerance,
-        drafts=drafts,
-        methods=parsed_methods,
-        lookaheads=parse_int_list("--lookahead", lookahead),
-        ngram_max=parse_int_list("--ngram-max", ngram_max),
-        exit_layers=parse_int_list("--exit-layers", exit_layers),
-        strategy=strategy,  # type: ignore[arg-type]  # validated by OptimizeConfig
-        confirm=confirm,
-        pair_baseline=pair_baseline,
-        repeats=parse_repeats(repeats),
-        budget_minutes=budget_minutes,
-        max_requests=max_requests,
-        max_tokens=max_tokens,
-        device=device,
-        dtype=dtype,
-        threads=threads,
-        seed=seed,
-        remeasure_cost=remeasure_cost,
-        allow_tokenizer_mismatch=allow_tokenizer_mismatch,
-        skip_too_long=skip_too_long,
-        run_dir=str(run_dir) if run_dir else None,
-        out=str(out),
-        runs_root=str(runs_root),
-        executor=executor,  # type: ignore[arg-type]  # validated by OptimizeConfig
-        ray_address=ray_address,
-        trial_resources=trial_resources,
-        max_retries=max_retries,
-        load=load,
-        time_scale=time_scale,
-        burstiness=burstiness,
-        slo_ttft_ms=slo_ttft_ms,
-        slo_tpot_ms=slo_tpot_ms,
-    )
-    if run_dir is not None and not resume and not moves_latest(runs_root, run_dir):
-        err_console.print(latest_left_note(runs_root, run_dir), markup=False)
+    values = effective_settings(ctx, config_file)
+    settings = settings_yaml(ctx.command, values)
+    if print_config:
+        typer.echo(settings, nl=False)
+        return
+    config = OptimizeConfig.from_options(values, on_note=lambda text: err_console.print(text, markup=False))
+    resume_from, chosen_dir, root = values["resume"], values["run_dir"], Path(config.runs_root)
+    if chosen_dir is not None and not resume_from and not moves_latest(root, Path(chosen_dir)):
+        err_console.print(latest_left_note(root, Path(chosen_dir)), markup=False)
     with progress_bar(transient=False) as bar:
-        results = run_optimize(config, resume=resume, reporter=_BarReporter(bar))
-    _render(results, as_json=as_json)
+        results = run_optimize(config, resume=resume_from, reporter=_BarReporter(bar), settings=settings)
+    _render(results, as_json=bool(values["as_json"]))
     if results.decision is not None and results.decision.exit_code == int(ExitCode.GATE_FAILED):
         raise GateFailedError(f"--require-speedup: the baseline wins ({results.decision.reason})")
 

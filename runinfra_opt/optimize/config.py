@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Literal
 
+from runinfra_opt.drafts import DEFAULT_DRAFTS_DIR, find_distilled_drafts
 from runinfra_opt.engine import registry as engine_registry
+from runinfra_opt.engine.registry import EngineOptions, EngineSetup
 from runinfra_opt.errors import UserInputError
 from runinfra_opt.load.spec import check_burstiness, check_time_scale, parse_load
 from runinfra_opt.methods import get_method
 from runinfra_opt.methods import registry as method_registry
-from runinfra_opt.objective import Objective
+from runinfra_opt.models import resolve_model
+from runinfra_opt.objective import DEFAULT_MIN_SPEEDUP, Objective
 
 Strategy = Literal["predictive", "exhaustive"]
 Executor = Literal["local", "ray"]
@@ -121,14 +125,11 @@ class OptimizeConfig:
     workload_format: str | None = None
     target: str = "default"
     drafts: tuple[str, ...] = ()
-    engine: str = "transformers"
+    engine: str = engine_registry.DEFAULT_ENGINE
     """The engine that runs and measures (`engine.registry`)."""
-    vllm_python: str | None = None
-    """`--vllm-python`: the python of a vLLM environment the user already has (vllm engine only)."""
-    tie_tolerance: float | None = None
-    """`--tie-tolerance` (nats): a greedy divergence where the baseline's top two candidates were this close is
-    a numerical near-tie, reported but not disqualifying (engines that report log-probabilities: vllm). None: by
-    the engine's dtype (`records.TIE_TOLERANCES`)."""
+    engine_options: EngineOptions = field(default_factory=EngineOptions)
+    """The engine's own typed options (its class from the registry, e.g. the vllm engine's `VllmOptions`);
+    the base `EngineOptions` given for an engine with its own class stands for that class's defaults."""
     methods: tuple[str, ...] | None = None
     """None: every method that applies (draft only with --draft)."""
     lookaheads: tuple[int, ...] | None = None
@@ -137,10 +138,6 @@ class OptimizeConfig:
     exit_layers: tuple[int, ...] | None = None
     strategy: Strategy = "predictive"
     confirm: int = DEFAULT_CONFIRM
-    pair_baseline: bool = True
-    """`--pair-baseline`: on an engine that times a server per variant and can keep the baseline's up beside a
-    candidate's (vllm on CPU), time each candidate beside the baseline, requests alternating between the two;
-    `--no-pair-baseline`: one server at a time, each variant against the baseline's own repeats."""
     repeats: int | None = None
     """None (`--repeats auto`): 2 or 3 by budget, then more for the leading candidates until the decision is
     clear (`optimize.phases.extend`); an integer: exactly that many."""
@@ -183,7 +180,7 @@ class OptimizeConfig:
     """`--slo-ttft-ms` / `--slo-tpot-ms`: the service levels goodput counts (under load)."""
 
     def __post_init__(self) -> None:
-        engine_registry.check(self.engine)
+        self._check_engine()
         if self.strategy not in STRATEGIES:
             raise UserInputError(f"--strategy {self.strategy}: expected one of {', '.join(STRATEGIES)}")
         if self.confirm < 1:
@@ -205,18 +202,26 @@ class OptimizeConfig:
             raise UserInputError(f"{option} needs --executor ray")
         if self.trial_resources is not None:
             parse_trial_resources(self.trial_resources)
-        if self.vllm_python is not None and self.engine != "vllm":
-            raise UserInputError("--vllm-python needs --engine vllm")
-        if self.tie_tolerance is not None and self.tie_tolerance < 0:
-            raise UserInputError(f"--tie-tolerance {self.tie_tolerance}: must be >= 0 (0: only exact ties)")
-        if self.engine == "vllm" and self.executor == "ray":
-            raise UserInputError("--executor ray runs the transformers engine only (the vllm engine: --executor local)")
+        if self.executor == "ray" and not engine_registry.spec(self.engine).runs_in_trial:
+            raise UserInputError(
+                f"--executor ray runs the {' or '.join(engine_registry.trial_engines())} engine only "
+                f"(the {self.engine} engine: --executor local)"
+            )
         if self.max_retries < 0:
             raise UserInputError(f"--max-retries {self.max_retries}: must be >= 0")
         if self.methods is not None and "draft" in self.methods and not self.drafts:
             raise UserInputError("--methods draft needs at least one --draft model")
         self._check_load()
         method_registry.check_drafts(self.drafts)  # e.g. --draft eagle3:PATH: PATH/config.json must exist
+
+    def _check_engine(self) -> None:
+        cls = engine_registry.options_class(engine_registry.check(self.engine))
+        if type(self.engine_options) is not cls:
+            if type(self.engine_options) is not EngineOptions:
+                raise UserInputError(
+                    f"--engine {self.engine}: options of another engine ({type(self.engine_options).__name__})"
+                )
+            object.__setattr__(self, "engine_options", cls())
 
     def _check_load(self) -> None:
         check_time_scale(self.time_scale)
@@ -228,10 +233,11 @@ class OptimizeConfig:
         if spec in ("auto", "none"):
             return
         parse_load(self.load, time_scale=self.time_scale, burstiness=self.burstiness, seed=self.seed)
-        if self.engine != "vllm":
+        if not engine_registry.spec(self.engine).serves_load:
+            serving = " or ".join(f"--engine {name}" for name in engine_registry.serving_engines())
             raise UserInputError(
                 f"--load {self.load}: the {self.engine} engine runs one request at a time; load levels need a "
-                "serving engine (--engine vllm)"
+                f"serving engine ({serving})"
             )
 
     def to_dict(self) -> dict[str, Any]:
@@ -243,13 +249,15 @@ class OptimizeConfig:
         for key, value in data.items():
             if isinstance(value, tuple):
                 data[key] = list(value)
+        data["engine_options"] = self.engine_options.to_dict()
         return data
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> OptimizeConfig:
-        """Rebuild from results.json (unknown keys ignored: a newer file stays readable). The objective is read
+    def from_dict(cls, data: Mapping[str, Any]) -> OptimizeConfig:
+        """Rebuild from results.json (unknown keys ignored: a newer file stays readable; the flat engine options
+        of older files, `vllm_python` and the like, are read into the engine's options). The objective is read
         from its flat keys, or from an `objective` mapping."""
-        known = {f.name for f in fields(cls)} - {"objective"}
+        known = {f.name for f in fields(cls)} - {"engine_options", "objective"}
         kwargs: dict[str, Any] = {}
         for key, value in data.items():
             if key not in known:
@@ -257,7 +265,83 @@ class OptimizeConfig:
             kwargs[key] = tuple(value) if isinstance(value, list) else value
         nested = data.get("objective")
         kwargs["objective"] = Objective.from_dict(nested if isinstance(nested, dict) else data)
+        engine = str(kwargs.get("engine") or engine_registry.DEFAULT_ENGINE)
+        kwargs["engine_options"] = engine_registry.options_from_record(engine, data)
         return cls(**kwargs)
+
+    @classmethod
+    def from_options(cls, values: Mapping[str, Any], *, on_note: Callable[[str], None] | None = None) -> OptimizeConfig:
+        """The config from `optimize`'s option values, keyed by parameter name as the command declares them
+        (`priority`, `vllm_python`, `draft`, `lookahead`, `runs_root`, ...; one missing takes the field's
+        default). Without `--draft`, drafts distilled for the target in `drafts_dir` are used (`on_note` says
+        which)."""
+        def value(name: str, default: Any = None) -> Any:
+            got = values.get(name)
+            return default if got is None else got
+
+        target = str(value("target", "default"))
+        drafts = tuple(dict.fromkeys(value("draft", ())))
+        methods = parse_methods(value("methods", ()))
+        if not drafts and (methods is None or "draft" in methods):
+            drafts_dir = Path(value("drafts_dir", DEFAULT_DRAFTS_DIR))
+            drafts = tuple(find_distilled_drafts(resolve_model(target).sha256(), drafts_dir))
+            if drafts and on_note is not None:
+                on_note(
+                    f"using {len(drafts)} draft(s) distilled for this target, found in {drafts_dir}: "
+                    + ", ".join(Path(d).name for d in drafts)
+                )
+        engine = engine_registry.check(str(value("engine", engine_registry.DEFAULT_ENGINE)))
+        kwargs: dict[str, Any] = {
+            name: values[name] for name in {f.name for f in fields(cls)} & set(values) if values[name] is not None
+        }
+        kwargs.update(
+            objective=Objective.parse(
+                str(value("priority", "throughput")),
+                str(value("percentile", "p95")),
+                max_ttft_ms=values.get("max_ttft_ms"),
+                max_ttft_regression=values.get("max_ttft_regression"),
+                min_speedup=value("min_speedup", DEFAULT_MIN_SPEEDUP),
+                require_speedup=bool(value("require_speedup", False)),
+            ),
+            target=target,
+            drafts=drafts,
+            methods=methods,
+            lookaheads=parse_int_list("--lookahead", value("lookahead", ())),
+            ngram_max=parse_int_list("--ngram-max", value("ngram_max", ())),
+            exit_layers=parse_int_list("--exit-layers", value("exit_layers", ())),
+            repeats=parse_repeats(value("repeats", "auto")),
+            engine=engine,
+            engine_options=engine_registry.engine_options(engine, values),
+            run_dir=str(values["run_dir"]) if values.get("run_dir") else None,
+            out=str(value("out", "runinfra-manifest.yaml")),
+            runs_root=str(value("runs_root", DEFAULT_RUNS_ROOT)),
+        )
+        return cls(**kwargs)
+
+    def engine_setup(self, *, threads: int | None = None) -> EngineSetup:
+        """What opens this run's engine (`threads`: a trial's own, else the run's)."""
+        return EngineSetup(
+            engine=self.engine,
+            target=self.target,
+            drafts=self.drafts,
+            options=self.engine_options,
+            device=self.device,
+            dtype=self.dtype,
+            threads=self.threads if threads is None else threads,
+            allow_tokenizer_mismatch=self.allow_tokenizer_mismatch,
+            skip_too_long=self.skip_too_long,
+            seed=self.seed,
+        )
 
     def with_changes(self, **changes: Any) -> OptimizeConfig:
         return replace(self, **changes)
+
+    @property
+    def tie_tolerance(self) -> float | None:
+        """The engine's near-tie tolerance in nats (`EngineOptions.near_tie_nats`)."""
+        return self.engine_options.near_tie_nats
+
+    @property
+    def pair_baseline(self) -> bool:
+        """Whether the engine's options ask to time each candidate beside the baseline's server."""
+        return self.engine_options.pairs_baseline

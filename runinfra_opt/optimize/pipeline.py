@@ -34,6 +34,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from runinfra_opt.engine.protocol import Capability
+from runinfra_opt.fsutil import atomic_write_text
 from runinfra_opt.optimize.config import OptimizeConfig
 from runinfra_opt.optimize.phases import (
     baseline,
@@ -92,14 +93,27 @@ PHASES: tuple[Phase, ...] = (
 )
 
 
-def run_optimize(config: OptimizeConfig, *, resume: str | None = None, reporter: Reporter | None = None) -> RunResults:
+SETTINGS_FILE = "config.yaml"
+"""The run's settings as `optimize --config` reads them, beside results.json (written when the run starts)."""
+
+
+def run_optimize(
+    config: OptimizeConfig,
+    *,
+    resume: str | None = None,
+    reporter: Reporter | None = None,
+    settings: str | None = None,
+) -> RunResults:
     """Run (or, with `resume` naming a run, resume) the whole pipeline and return the final results (also in
-    `<run dir>/results.json`).
+    `<run dir>/results.json`). `settings`, the command's effective options as `--config` YAML, is recorded in
+    `<run dir>/config.yaml` when the run starts (a resumed run keeps the file it started with).
 
     Raises `NoFeasibleVariantError` (exit 3, no manifest) when no variant satisfies the constraints. With
     `require_speedup`, a baseline win sets `decision.exit_code` to 4 (the caller exits with it); the results
     file and the manifest are complete either way."""
     opened = open_run(config, resume=resume)
+    if settings is not None and not opened.resumed:
+        atomic_write_text(opened.run_dir / SETTINGS_FILE, settings)
     state = RunState(
         config=opened.config,
         run_dir=opened.run_dir,

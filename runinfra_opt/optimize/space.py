@@ -1,6 +1,6 @@
 """The search space: which variants an `optimize` run considers.
 
-Each method contributes its own part (`SpecMethod.space`); today's defaults: prompt lookup (n-gram) with
+Each method contributes its own part (`SpecMethod.space`); the defaults: prompt lookup (n-gram) with
 lookahead {1, 2, 3, 4, 5, 6, 8, 10, 12} and max match size {1, 2, 3}; each `--draft` model with lookahead
 {1, 2, 3, 4, 5, 6, 8, 10, 12, 16}; early exit at L/4, L/2 and 3L/4 of the target's L layers with lookahead
 {1, 2, 4, 6, 8}. On the vLLM engine: vLLM's n-gram rule (`vllm_ngram`) with lookahead {2, 4, 8} and
@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from runinfra_opt.engine.registry import DEFAULT_ENGINE
 from runinfra_opt.errors import UserInputError
 from runinfra_opt.methods import BASELINE, Variant, get_method, method_names
 from runinfra_opt.methods.base import SpaceSpec
@@ -26,7 +27,7 @@ def build_space(
     lookaheads: Sequence[int] | None = None,
     ngram_max: Sequence[int] | None = None,
     exit_layers: Sequence[int] | None = None,
-    engine: str = "transformers",
+    engine: str = DEFAULT_ENGINE,
 ) -> list[Variant]:
     """Every variant to consider, baseline first, then in order of simplicity (method rank). Without
     `methods`, the methods whose defaults include `engine` (`SpecMethod.default_engines`)."""

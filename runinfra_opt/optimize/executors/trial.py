@@ -23,6 +23,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from runinfra_opt.engine.registry import EngineSetup
 from runinfra_opt.methods import BASELINE, Variant
 from runinfra_opt.optimize.state import WARMUP_TOKENS, RunState
 from runinfra_opt.records import RequestRecord, compare_to_baseline
@@ -41,14 +42,8 @@ class TrialSpec:
     """The driver's baseline pass (with output ids), by request id."""
     repeats: int
     max_tokens: int
-    engine: str
-    target: str
-    drafts: tuple[str, ...]
-    device: str
-    dtype: str
-    threads: int | None
-    allow_tokenizer_mismatch: bool
-    skip_too_long: bool
+    setup: EngineSetup
+    """What opens the engine on the worker (the run's, with the trial's threads)."""
 
 
 @dataclass
@@ -78,14 +73,7 @@ def trial_specs(state: RunState, variants: list[Variant], *, threads: int | None
             reference=reference,
             repeats=state.plan.repeats,
             max_tokens=state.max_tokens,
-            engine=config.engine,
-            target=config.target,
-            drafts=config.drafts,
-            device=config.device,
-            dtype=config.dtype,
-            threads=threads,
-            allow_tokenizer_mismatch=config.allow_tokenizer_mismatch,
-            skip_too_long=config.skip_too_long,
+            setup=config.engine_setup(threads=threads),
         )
         for variant in timed
     ]
@@ -96,16 +84,7 @@ def run_trial(spec: TrialSpec) -> TrialOutcome:
     from runinfra_opt.engine.registry import open_engine
 
     started = time.perf_counter()
-    engine = open_engine(
-        spec.engine,
-        spec.target,
-        spec.drafts,
-        device=spec.device,
-        dtype=spec.dtype,
-        threads=spec.threads,
-        allow_tokenizer_mismatch=spec.allow_tokenizer_mismatch,
-        skip_too_long=spec.skip_too_long,
-    )
+    engine = open_engine(spec.setup)
     try:
         speculative = spec.variant.is_speculative
         order = [BASELINE, spec.variant] if speculative else [BASELINE]

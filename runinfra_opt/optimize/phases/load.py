@@ -43,20 +43,7 @@ def run(state: RunState) -> None:
         )
     state.workload = workload
     reporter.advance(f"workload {workload.name}")
-    engine = open_engine(
-        config.engine,
-        config.target,
-        config.drafts,
-        device=config.device,
-        dtype=config.dtype,
-        threads=config.threads,
-        allow_tokenizer_mismatch=config.allow_tokenizer_mismatch,
-        skip_too_long=config.skip_too_long,
-        on_load=reporter.advance,
-        log_dir=state.run_dir / "servers",
-        seed=config.seed,
-        **({"vllm_python": config.vllm_python} if config.vllm_python else {}),
-    )
+    engine = open_engine(config.engine_setup(), on_load=reporter.advance, log_dir=state.run_dir / "servers")
     state.engine = engine
     # Without --max-tokens every request keeps its own max_tokens (load_workload filled the missing ones).
     state.max_tokens = config.max_tokens or max(r.max_tokens or DEFAULT_MAX_TOKENS for r in workload.requests)
