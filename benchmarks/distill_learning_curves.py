@@ -9,8 +9,8 @@ real training text repeated after a gap, loss on the repeat), to test whether co
 minutes. Teacher data comes from `draft distill`'s cache (generated when missing).
 
 The curve (every evaluation, and the n-gram reference) goes to `--out-dir`/curve.json, the summary to
-`--out-dir`/summary.json (`--keep`: benchmarks/results/distill_learning_curves.json). The findings in
-docs/distill.md ("It memorises, it does not generalise") come from these runs (docs/measurements.md):
+`--out-dir`/summary.json (`--keep`: benchmarks/results/distill_learning_curves.json). Its findings are in
+docs/measurements.md ("distill_learning_curves.py"), from these runs:
   .venv/bin/python benchmarks/distill_learning_curves.py --workloads json --minutes 5 --eval-every 60
   .venv/bin/python benchmarks/distill_learning_curves.py --minutes 6
   .venv/bin/python benchmarks/distill_learning_curves.py --init embedding --hidden 128 --copy-task 0.5 --minutes 6

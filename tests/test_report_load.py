@@ -1,7 +1,7 @@
 """The report's per-load section (`optimize --engine vllm --load ...`): terminal table, markdown, HTML plots, CSV,
 `optimize`'s summary and `report --compare` per level, all through the real CLI on hand-built results.
 
-The fixture is a vLLM run on this CPU's scale (numbers in the range docs/engines.md measured): a baseline and two
+The fixture is a vLLM run on this CPU's scale (numbers in the range docs/measurements.md records): a baseline and two
 n-gram variants at replay and concurrency 1, 4 and 16, where k=4 pays at 1 (1.30x), is even at 4 and loses at 16
 (0.79x), and k=8 never pays; one crossover, near 4.3 requests in flight.
 """

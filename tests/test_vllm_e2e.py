@@ -60,8 +60,8 @@ def _no_bytecode(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
     """The vLLM environment lives in the user's cache, which the suite must leave untouched: its python
     must not write bytecode there. vLLM's own caches go to one directory of this module's (VLLM_CACHE_ROOT,
     which vLLM reads before XDG_CACHE_HOME): the fixtures' servers and `optimize`'s serve the same model
-    with the same arguments, so the later two launches load the graphs the first two compiled (~60 s
-    less each, docs/engines.md)."""
+    with the same arguments, so the later two launches load the graphs the first two compiled instead of
+    compiling again (docs/engines.md, "How a server is launched")."""
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("PYTHONDONTWRITEBYTECODE", "1")
         mp.setenv("VLLM_CACHE_ROOT", str(tmp_path_factory.mktemp("vllm-compile-cache")))

@@ -92,7 +92,7 @@ def run(state: RunState) -> None:
                 f"the {engine.name} engine starts one server per variant it times, each timed apart (start-up is not "
                 "counted in any figure); variants are timed one after another, each on one launch: an interval covers "
                 "the repeats on that launch, not the spread between launches of one server, which can be larger"
-                f"{drift} (docs/how-it-works.md, section 9)"
+                f"{drift} (docs/how-it-works.md, 'Each candidate beside the baseline')"
             )
     if not state.resumed and not predictive_capable(engine) and config.strategy == "predictive":
         results.add_note(
