@@ -12,7 +12,7 @@ $(BIN)/python:
 $(BIN)/uv: $(BIN)/python
 	$(BIN)/python -m pip install --quiet uv
 
-# uv installs in seconds what pip took minutes for (measured: docs/optimize.md, "The demo"). It does not read
+# uv installs in seconds what pip takes minutes for. It does not read
 # pip's configuration, so pip's find-links (where this machine keeps the torch CPU wheel) are handed to it.
 FIND_LINKS = $(sort $(PIP_FIND_LINKS) $(shell $(BIN)/python -m pip config get global.find-links 2>/dev/null))
 UV_INSTALL = $(BIN)/uv pip install --quiet --python $(BIN)/python $(addprefix --find-links ,$(FIND_LINKS))

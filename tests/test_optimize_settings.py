@@ -56,7 +56,7 @@ def test_file_keys_with_dashes_or_underscores_and_the_command_line_wins(runner: 
     )
     data = _printed(runner, "--config", str(path), "--max-tokens", "9", "--lookahead", "8")
     assert data["max-tokens"] == 9  # typed on the command line: over the file
-    assert data["lookahead"] == ["8"]
+    assert data["lookahead"] == [8]
     assert data["budget-minutes"] == 3.0  # from the file
     assert data["methods"] == ["ngram"]  # a single value for a repeatable option
     assert data["pair-baseline"] is False

@@ -118,8 +118,8 @@ def effective_settings(ctx: typer.Context, config_file: Path | None) -> dict[str
 
 
 def _plain(value: Any) -> Any:
-    if isinstance(value, (list, tuple)):
-        return [_plain(item) for item in value]
+    if isinstance(value, (list, tuple)):  # a list option given as text (`--lookahead 2,4`) prints its numbers bare
+        return [int(item) if isinstance(item, str) and item.isdigit() else _plain(item) for item in value]
     if isinstance(value, Path):
         return str(value)
     return value

@@ -15,6 +15,8 @@ if TYPE_CHECKING:  # pragma: no cover
 
 DEFAULT_DTYPE = "bfloat16"
 DEFAULT_MAX_MODEL_LEN = 2048
+"""`--max-model-len` of every server (and the context requests must fit): the bundled workloads fit, and the
+KV cache for it stays small on CPU."""
 
 
 @dataclass(frozen=True)

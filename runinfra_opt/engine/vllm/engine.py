@@ -22,7 +22,7 @@ from typing import Any
 from runinfra_opt.engine.prompts import PromptTokenizer
 from runinfra_opt.engine.protocol import Capability, LoadMeasurement, cpu_model_name
 from runinfra_opt.engine.vllm import metrics
-from runinfra_opt.engine.vllm.args import ServerConfig, ServeSettings
+from runinfra_opt.engine.vllm.args import DEFAULT_MAX_MODEL_LEN, ServerConfig, ServeSettings
 from runinfra_opt.engine.vllm.client import CompletionRequest, OpenAIClient, RequestResult
 from runinfra_opt.engine.vllm.environment import VllmEnvironment, auto_dtype, on_cpu, resolve_environment
 from runinfra_opt.engine.vllm.pool import Launch, Live, ServerPool
@@ -36,9 +36,6 @@ from runinfra_opt.methods.registry import draft_owner
 from runinfra_opt.records import RequestRecord
 from runinfra_opt.workload.model import Request
 
-DEFAULT_MAX_MODEL_LEN = 2048
-"""`--max-model-len` of every server (and the context requests must fit): the bundled workloads fit, and the
-KV cache for it stays small on CPU."""
 DTYPES = ("bfloat16", "float16", "float32")
 WARMUP_REQUESTS = 2
 """Untimed requests after each launch: the first after start-up compiles (seconds), the second settles."""
