@@ -1,73 +1,17 @@
 """A lookahead schedule over batch sizes (vLLM's `num_speculative_tokens_per_batch_size`), proposed from the
 fixed-k variants measured under load and written only after it was measured itself and found better.
 
-Speculation's best lookahead k shrinks as the batch grows (the drafted tokens compete with other sequences for
-compute). When the k chosen at each closed-loop level (`concurrency:N`) differs, `propose` builds the schedule that
-drafts each level's k at that level's batch sizes, as one more variant; after it was measured at every level,
-`verify` decides whether it may be written (vLLM #49548 is a schedule that collapsed throughput at its threshold:
-a schedule is never written on the strength of its parts).
+Speculation's best lookahead k shrinks as the batch grows. When a family's chosen k differs between the
+closed-loop levels (`choices_per_level`, `choose_k`), `propose` builds one schedule variant that drafts each
+level's k at that level's batch sizes (`schedule_ranges`); once it was measured at every level, `verify` decides
+whether it may be written. A schedule is never written on the strength of its parts: vLLM #49548 is one that
+collapsed throughput at its threshold.
 
-**The choice rule at one level.** A family is one method with one proposal setting (for `vllm_ngram`: one
-prompt-lookup window), with its fixed-k variants and the baseline as k = 0. At a level, each lossless candidate
-measured there without failed requests gets a conservative score, the lower bound of the 95% interval of its
-output tokens/s over the baseline's at that level (`LevelResult.vs_baseline`, paired by repeat and schedule
-position; the baseline itself scores exactly 1). The level's choice is the smallest k whose score is within 1%
-of the best score. When some speculative candidate of the level has no paired ratio, every candidate there is
-scored unpaired instead: the lower bound of its own tokens/s interval over the baseline's point value.
-
-**Where this differs from vLLM's tuner** (`vllm bench sweep tune_speculative_k`, `benchmarks/sweep/
-tune_speculative_k.py`): it scores the median over repeated runs minus 1.4826 x their MAD (one standard
-deviation of the run-to-run spread, for a normal distribution), floored at 0, and takes the smallest k within
-1% of the best score; that 1% tie to the smaller k is kept here.
-- The score is the lower bound of a paired bootstrap interval over requests x repeats, not a spread of run
-  totals. It is defined from a single repeat (vLLM requires at least 3 runs per candidate, and MAD over 3 runs is
-  itself very noisy); it uses the request-to-request variation that run totals average away; and pairing with
-  the baseline timed alongside cancels the drift both share. Its penalty is the uncertainty of the estimate
-  (about 2 standard errors), which shrinks as repeats are added, where vLLM's is a fixed risk penalty of one
-  run-to-run standard deviation.
-- No speculation (k = 0) is the reference, not a noisy candidate: a k > 0 is chosen over it only when its gain
-  is clear, the lower bound of its ratio above 1.01 (vLLM penalizes k = 0 like any other candidate).
-- Variants whose greedy output differs from the baseline's, or that failed, are never candidates, and a candidate
-  with failed requests at a level is left out there. vLLM checks no losslessness, and refuses the whole sweep
-  when any run has a failed request or any candidate's relative MAD exceeds 10%; here instability widens the
-  interval and lowers the score instead, and a level chooses among the candidates measured there (vLLM requires
-  the same candidates at every batch size).
-- The objective is output tokens/s (vLLM's default, `output_throughput`); vLLM's tuner can take any one metric
-  (e.g. goodput under an SLO, or TPOT to minimize).
-- The fixed k were measured as plain `num_speculative_tokens = k` servers; vLLM's tuner advises one maximum k
-  with a one-range schedule per candidate so that buffers are sized alike. Here the schedule is measured itself,
-  which settles any such difference, and vLLM's tuner writes its schedule unmeasured.
-
-**Boundaries.** Concurrency is the batch-size proxy (as `max_concurrency` is vLLM's). Consecutive levels with the
-same choice are merged; between levels a < b with different choices the boundary is the geometric mean, rounded
-down: batch sizes up to floor(sqrt(a x b)) take a's k, the next ones b's. The levels are usually spaced
-geometrically (1, 4, 16), and batch-size effects grow with the logarithm of the batch; rounding down keeps the
-dips of a closed loop at b (a request finishing before the next is sent) inside b's range. vLLM's tuner starts
-each anchor's range at the anchor itself (a's k up to b - 1). The first range starts at 1; the last is open to
-`OPEN_END` (vLLM carries the last k to any larger batch anyway, so this only writes it out): below the lowest
-level and beyond the largest the k is an extrapolation, as in vLLM (whose tuner requires batch size 1 to be
-measured, and the largest batch size it writes).
-
-**Which family.** When several families' choices differ across levels, the one whose chosen variant scores best
-at the lowest concurrency level is proposed (then the simpler method, then the name). At low load speculation
-gains most and the families differ most (their proposals' acceptance); as the batch grows the choices shrink
-towards k = 0, which is the same baseline for every family. Only one schedule is proposed: on vLLM it costs one
-more server launch and a run at every level.
-
-**Verification.** The schedule variant is written only when
-1. it was measured at every level (closed- and open-loop) where a fixed-k variant of its family was, with no
-   failed request, and it is lossless (not disqualified or failed, and none of its batch-1 requests differs
-   from the baseline's);
-2. at every one of those levels its output tokens/s is no more than 1% below the best fixed k there (k = 0
-   included); and
-3. against every fixed k of its family (k = 0 included), the geometric mean over the concurrency levels it was
-   built from of its tokens/s ratio is at least 1.01: at least 1% better overall. Within 1% it is a tie, and
-   ties go to the simpler configuration, a fixed k.
-A ratio is taken from the paired ratios to the baseline when both have one (the baseline's shared runs cancel),
-else from the tokens/s point values. Both tests are on point estimates with a 1% margin, not on intervals: the
-schedule is measured after the fixed k, so there is no paired interval between the two. The margins make a
-schedule that loses at any level fail test 2 (so does one a server ignores, running its largest k everywhere,
-wherever a smaller k was better), and one that merely equals its parts fail test 3.
+The choice at a level keeps the 1% tie to the smaller k of vLLM's tuner (`vllm bench sweep
+tune_speculative_k`) but scores differently: the lower bound of a paired bootstrap interval over requests x
+repeats (defined from one repeat, and pairing cancels the drift the baseline shares) instead of median minus MAD
+over at least three runs; k = 0 is the reference, not a noisy candidate; lossy or failed variants are never
+candidates. docs/how-it-works.md ("k schedule") gives the rules in full.
 """
 
 from __future__ import annotations
@@ -137,7 +81,9 @@ def concurrency_of(level: str) -> int | None:
 
 
 def choose_k(candidates: Sequence[Candidate], tolerance: float = TIE) -> Candidate:
-    """The smallest k whose score is within `tolerance` of the best score."""
+    """The smallest k whose score is within `tolerance` of the best score. A candidate's score is the lower bound
+    of its paired tokens/s ratio to the baseline (the baseline scores 1); when some candidate of the level has no
+    paired ratio, every one is scored unpaired: its own interval's lower bound over the baseline's point value."""
     if not candidates:
         raise ValueError("choose_k needs at least one candidate")
     best = max(c.score for c in candidates)
@@ -233,7 +179,10 @@ def choices_per_level(results: RunResults) -> list[FamilyChoices]:
 
 
 def schedule_ranges(choices: Sequence[LevelChoice], open_end: int = OPEN_END) -> tuple[KRange, ...]:
-    """The schedule drafting each level's chosen k at its batch sizes (see the module's docstring)."""
+    """The schedule drafting each level's chosen k at its batch sizes. Consecutive levels with the same choice
+    merge; between levels a < b with different choices the boundary is floor(sqrt(a x b)) (levels are spaced
+    geometrically, and rounding down keeps a closed loop's dips at b inside b's range). The first range starts at
+    1, the last is open to `open_end`."""
     ordered = sorted(choices, key=lambda c: c.concurrency)
     ranges: list[KRange] = []
     first = 1
@@ -295,8 +244,12 @@ def _ratio(mine: LevelResult, theirs: LevelResult, *, baseline: bool) -> float:
 
 
 def verify(results: RunResults, schedule: KSchedule) -> KSchedule:
-    """`schedule` with `verified`, `written` and `reason` set from its variant's measurements (see the module's
-    docstring for the rule)."""
+    """`schedule` with `verified`, `written` and `reason` set from its variant's measurements. Written only when
+    the schedule variant (1) was measured, lossless and without failed requests, at every level where a fixed k
+    of its family was; (2) is nowhere more than 1% below the best fixed k (k = 0 included); and (3) beats every
+    fixed k of its family by at least 1% in the geometric mean of its tokens/s ratio over the concurrency levels
+    it was built from (within 1% is a tie, and ties go to the simpler fixed k). Ratios are paired through the
+    baseline when both have one, else point values."""
 
     def decided(ok: bool, reason: str) -> KSchedule:
         return schedule.model_copy(update={"verified": ok, "written": ok, "reason": reason})
