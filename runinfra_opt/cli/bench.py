@@ -8,7 +8,19 @@ import typer
 from rich.console import Console
 
 from runinfra_opt.cli.app import app, handle_errors, progress_bar
-from runinfra_opt.cli.optimize import BUDGET, ENGINE, SPACE, WORKLOAD
+from runinfra_opt.cli.options import (
+    BUDGET,
+    SPACE,
+    WORKLOAD,
+    AllowTokenizerMismatch,
+    Device,
+    Dtype,
+    EngineName,
+    SkipTooLong,
+    Threads,
+    TieTolerance,
+    VllmPython,
+)
 from runinfra_opt.engine.registry import DEFAULT_ENGINE
 
 
@@ -30,25 +42,9 @@ def bench(
     target: str = typer.Option(
         "default", "--target", help="default, a model directory, a .gguf file or a hub id.", rich_help_panel=SPACE
     ),
-    engine: str = typer.Option(
-        DEFAULT_ENGINE,
-        "--engine",
-        help="The engine that runs and measures: transformers (in-process) or vllm (a server per variant).",
-        rich_help_panel=ENGINE,
-    ),
-    vllm_python: str | None = typer.Option(
-        None,
-        "--vllm-python",
-        help="vllm: Python of an existing vLLM environment (default: `engine install vllm`'s).",
-        rich_help_panel=ENGINE,
-    ),
-    tie_tolerance: float | None = typer.Option(
-        None,
-        "--tie-tolerance",
-        help="vllm, nats: a greedy divergence where the baseline's top two tokens are this close is a near-tie "
-        "(default by dtype: bfloat16 0.25, float16 0.05, float32 0.01).",
-        rich_help_panel=ENGINE,
-    ),
+    engine: EngineName = DEFAULT_ENGINE,
+    vllm_python: VllmPython = None,
+    tie_tolerance: TieTolerance = None,
     draft: str | None = typer.Option(
         None,
         "--draft",
@@ -72,29 +68,17 @@ def bench(
         False, "--vs-baseline", help="Also time the baseline, interleaved.", rich_help_panel=BUDGET
     ),
     as_json: bool = typer.Option(False, "--json", help="Print the results as JSON on stdout.", rich_help_panel=BUDGET),
-    device: str = typer.Option("auto", "--device", help="auto, cpu or cuda[:N].", rich_help_panel=ENGINE),
-    dtype: str = typer.Option("auto", "--dtype", help="auto, float32, bfloat16 or float16.", rich_help_panel=ENGINE),
-    threads: int | None = typer.Option(
-        None, "--threads", help="CPU threads for torch (default: torch's).", rich_help_panel=ENGINE
-    ),
+    device: Device = "auto",
+    dtype: Dtype = "auto",
+    threads: Threads = None,
     max_tokens: int = typer.Option(
         128,
         "--max-tokens",
         help="Max new tokens per request (a request's own max_tokens caps it further).",
         rich_help_panel=WORKLOAD,
     ),
-    skip_too_long: bool = typer.Option(
-        False,
-        "--skip-too-long",
-        help="Skip requests longer than the target's context instead of failing.",
-        rich_help_panel=WORKLOAD,
-    ),
-    allow_tokenizer_mismatch: bool = typer.Option(
-        False,
-        "--allow-tokenizer-mismatch",
-        help="Run a draft with another tokenizer (universal assisted generation).",
-        rich_help_panel=SPACE,
-    ),
+    skip_too_long: SkipTooLong = False,
+    allow_tokenizer_mismatch: AllowTokenizerMismatch = False,
 ) -> None:
     """Time one variant over a workload, one request at a time, and print TTFT/TPOT/e2e percentiles,
     tokens/s, acceptance and losslessness (and the speedup over the baseline with --vs-baseline)."""

@@ -15,6 +15,23 @@ import typer
 from rich.console import Console
 
 from runinfra_opt.cli.app import app, err_console, handle_errors, progress_bar
+from runinfra_opt.cli.options import (
+    BUDGET,
+    CLUSTER,
+    DECISION,
+    ENGINE,
+    LOAD,
+    SPACE,
+    WORKLOAD,
+    AllowTokenizerMismatch,
+    Device,
+    Dtype,
+    EngineName,
+    SkipTooLong,
+    Threads,
+    TieTolerance,
+    VllmPython,
+)
 from runinfra_opt.cli.settings import effective_settings, settings_yaml
 from runinfra_opt.drafts import DEFAULT_DRAFTS_DIR
 from runinfra_opt.engine.registry import DEFAULT_ENGINE
@@ -34,14 +51,6 @@ if TYPE_CHECKING:  # pragma: no cover
     from rich.progress import Progress, TaskID
 
     from runinfra_opt.results import RunResults
-
-WORKLOAD = "Workload"
-SPACE = "Search space"
-ENGINE = "Engine"
-LOAD = "Load and SLOs"
-DECISION = "Decision"
-BUDGET = "Budget and outputs"
-CLUSTER = "Cluster"
 
 
 class _BarReporter:
@@ -94,12 +103,7 @@ def optimize(
         help="Cap on new tokens per request (default: each request's own max_tokens).",
         rich_help_panel=WORKLOAD,
     ),
-    skip_too_long: bool = typer.Option(
-        False,
-        "--skip-too-long",
-        help="Skip requests longer than the target's context instead of failing.",
-        rich_help_panel=WORKLOAD,
-    ),
+    skip_too_long: SkipTooLong = False,
     target: str = typer.Option(
         "default", "--target", help="default, a model directory, a .gguf file or a hub id.", rich_help_panel=SPACE
     ),
@@ -137,42 +141,19 @@ def optimize(
         help="Early-exit layers (default: L/4, L/2, 3L/4 of the target's L layers).",
         rich_help_panel=SPACE,
     ),
-    allow_tokenizer_mismatch: bool = typer.Option(
-        False,
-        "--allow-tokenizer-mismatch",
-        help="Run a draft with another tokenizer (universal assisted generation).",
-        rich_help_panel=SPACE,
-    ),
-    engine: str = typer.Option(
-        DEFAULT_ENGINE,
-        "--engine",
-        help="The engine that runs and measures: transformers (in-process) or vllm (a server per variant).",
-        rich_help_panel=ENGINE,
-    ),
-    device: str = typer.Option("auto", "--device", help="auto, cpu or cuda[:N].", rich_help_panel=ENGINE),
-    dtype: str = typer.Option("auto", "--dtype", help="auto, float32, bfloat16 or float16.", rich_help_panel=ENGINE),
-    threads: int | None = typer.Option(
-        None, "--threads", help="CPU threads for torch (default: torch's).", rich_help_panel=ENGINE
-    ),
-    vllm_python: str | None = typer.Option(
-        None,
-        "--vllm-python",
-        help="vllm: Python of an existing vLLM environment (default: `engine install vllm`'s).",
-        rich_help_panel=ENGINE,
-    ),
+    allow_tokenizer_mismatch: AllowTokenizerMismatch = False,
+    engine: EngineName = DEFAULT_ENGINE,
+    device: Device = "auto",
+    dtype: Dtype = "auto",
+    threads: Threads = None,
+    vllm_python: VllmPython = None,
     pair_baseline: bool = typer.Option(
         True,
         "--pair-baseline/--no-pair-baseline",
         help="vllm (CPU): time each candidate beside the baseline, requests alternating between the two servers.",
         rich_help_panel=ENGINE,
     ),
-    tie_tolerance: float | None = typer.Option(
-        None,
-        "--tie-tolerance",
-        help="vllm, nats: a greedy divergence where the baseline's top two tokens are this close is a near-tie "
-        "(default by dtype: bfloat16 0.25, float16 0.05, float32 0.01).",
-        rich_help_panel=ENGINE,
-    ),
+    tie_tolerance: TieTolerance = None,
     remeasure_cost: bool = typer.Option(
         False, "--remeasure-cost", help="Measure forward costs again (no cache).", rich_help_panel=ENGINE
     ),

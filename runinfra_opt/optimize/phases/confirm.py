@@ -20,6 +20,7 @@ from runinfra_opt.optimize.config import OptimizeConfig
 from runinfra_opt.optimize.plan import replan_confirmation
 from runinfra_opt.optimize.serving import STEP_COSTS_KEY
 from runinfra_opt.optimize.state import WARMUP_TOKENS, RunState
+from runinfra_opt.predict.serving import predictable
 from runinfra_opt.records import compare_to_baseline, disqualifying
 from runinfra_opt.results import LevelMetrics, RunResults, VariantResult
 from runinfra_opt.stats import summarize_by_category, summarize_with_intervals
@@ -120,7 +121,7 @@ def _confirm_sequentially(state: RunState, variants: list[Variant]) -> list[Vari
     while True:
         time_by_variant(state, variants)
         summarize_measured(state, variants)
-        if sum(1 for v in variants if v.is_speculative and serving.predictable(v)) >= plan.confirm_slots:
+        if sum(1 for v in variants if v.is_speculative and predictable(v)) >= plan.confirm_slots:
             return variants
         serving.predict(state, after_confirm=True, interim=True)
         candidate, behind = None, []
