@@ -331,6 +331,7 @@ def decision_json(results: RunResults) -> dict[str, Any]:
         "workload": results.workload.model_dump() if results.workload else None,
         "certainty": results.certainty.model_dump() if results.certainty else None,
         "load": _load_json(results),
+        "capacity": results.capacity.model_dump() if results.capacity else None,
         "notes": [note.text for note in results.notes],
     }
 

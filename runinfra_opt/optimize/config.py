@@ -252,7 +252,8 @@ class OptimizeConfig:
     def _check_capacity(self) -> None:
         if not 0 < self.slo_attainment <= 1:
             raise UserInputError(f"--slo-attainment {self.slo_attainment:g}: must be a share in (0, 1] (e.g. 0.99)")
-        for option, value in (("--target-rate", self.target_rate), ("--server-cost-per-hour", self.server_cost_per_hour)):
+        costs = (("--target-rate", self.target_rate), ("--server-cost-per-hour", self.server_cost_per_hour))
+        for option, value in costs:
             if value is not None and not value > 0:
                 raise UserInputError(f"{option} {value:g}: must be > 0")
             if value is not None and not self.objective.on_capacity:
