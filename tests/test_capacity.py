@@ -62,7 +62,7 @@ def _rows(arrivals: bool = False) -> str:
         {"id": f"r{i}", "category": "copy", "prompt": f"request {i}: {PROMPTS[i % len(PROMPTS)]}"} for i in range(12)
     ]
     for i, row in enumerate(rows):
-        row.update({"arrival_s": i} if arrivals else {})  # one request a second: the stand-in keeps up
+        row.update({"arrival_s": i / 2} if arrivals else {})  # two requests a second: the stand-in keeps up
     return "".join(json.dumps(row) + "\n" for row in rows)
 
 
@@ -198,7 +198,9 @@ def test_throughput_on_an_unsaturated_recorded_load_decides_by_capacity(
 ) -> None:
     path = tmp_path / "recorded.jsonl"
     path.write_text(_rows(arrivals=True))
-    result, results = _optimize(runner, table_server, tiny_models[0], path, tmp_path, "--load", "replay")
+    result, results = _optimize(
+        runner, table_server, tiny_models[0], path, tmp_path, "--load", "replay", "--confirm", "1"
+    )
     summary = results.capacity
     assert summary is not None
     assert summary.why.startswith("the recorded load does not saturate the server")

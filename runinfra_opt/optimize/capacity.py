@@ -16,6 +16,7 @@ server, since throughput there is only the offered load).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from collections.abc import Callable
@@ -331,12 +332,13 @@ def search(state: RunState, variant: Variant) -> None:
             f"schedule of {search_rules.MIN_SPAN_E2E:g} batch-1 request lengths): more requests would measure higher"
         )
     vc.measured = estimate.interval()
-    resolved = estimate.status == "bracketed" and estimate.high / max(estimate.low, 1e-9) - 1 <= rules.tolerance
-    vc.status = "stopped" if not resolved and len(tried) >= rules.max_levels else estimate.status  # type: ignore[assignment]
-    if vc.status == "stopped" and allowed < search_rules.MAX_LEVELS:
+    unlimited = dataclasses.replace(rules, max_levels=len(tried) + 1)
+    unfinished = unlimited.next_rate(tried) is not None  # more rates would have narrowed it: the levels ran out
+    vc.status = "stopped" if unfinished else estimate.status  # type: ignore[assignment]
+    if unfinished and allowed < search_rules.MAX_LEVELS:
         summary.budget_ran_out.append(
-            f"{variant.name}: the budget allowed {allowed} rate(s); the bracket is "
-            f"[{estimate.low:g}, {estimate.high:g}] requests/s, wider than {rules.tolerance:.0%}"
+            f"{variant.name}: the budget allowed {allowed} rate(s); the answer is "
+            f"[{estimate.low:g}, {estimate.high:g}] requests/s, not yet within {rules.tolerance:.0%}"
         )
     state.save()
 
