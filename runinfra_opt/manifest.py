@@ -17,7 +17,7 @@ from typing import Any
 from runinfra_opt.engine.vllm.args import ServeSettings, config_file_mapping
 from runinfra_opt.errors import InputProblems, RuninfraError, UserInputError
 from runinfra_opt.exitcodes import ExitCode
-from runinfra_opt.fsutil import atomic_write_text
+from runinfra_opt.fsutil import atomic_write_text, safe_name
 from runinfra_opt.methods import Variant, draft_short_name, get_method
 from runinfra_opt.results import Decision, Interval, ModelInfo, RunResults, Summary
 
@@ -287,6 +287,42 @@ def build_manifest(results: RunResults) -> dict[str, Any]:
             "vllm": _serving_vllm(results, variant, draft_path),
             "sglang": method.serving_sglang(variant, draft_path),
         },
+        **_capacity(results, decision),
+    }
+
+
+def _capacity(results: RunResults, decision: Decision) -> dict[str, Any]:
+    """The manifest's `capacity` section: the SLOs, each variant's capacity per server (measured with its interval,
+    or predicted), the servers the target rate needs and their cost, how it was measured. Empty without a
+    capacity decision."""
+    summary = results.capacity
+    if summary is None or summary.winner is None:
+        return {}
+    rows = {row.variant: row for row in summary.rows}
+    winner = rows.get(decision.winner)
+
+    def per_server(row: Any) -> dict[str, Any]:
+        return {"variant": row.variant, "requestsPerS": row.capacity, "low": row.low, "high": row.high,
+                "source": row.source, "servers": row.servers}  # fmt: skip
+
+    return {
+        "capacity": {
+            "why": summary.why,
+            "slo": {"ttftMs": summary.slo_ttft_ms, "tpotMs": summary.slo_tpot_ms, "attainment": summary.attainment},
+            "criterion": summary.criterion,
+            "perServer": per_server(winner) if winner is not None else None,
+            "targetRate": summary.target_rate,
+            "targetSource": summary.target_source,
+            "servers": winner.servers if winner is not None else None,
+            "costPerHour": winner.cost_per_hour if winner is not None else None,
+            "costPerMillionOutputTokens": winner.cost_per_million_tokens if winner is not None else None,
+            "measuredBy": (
+                f"a rate search per launched server: {summary.requests_per_level} requests per offered rate, "
+                f"{summary.arrivals} arrivals, up to {summary.max_levels} rates, stopped when the missed rate is "
+                f"within {summary.tolerance:.0%} of the sustained one"
+            ),
+            "variants": [per_server(row) for row in summary.rows],
+        }
     }
 
 
@@ -311,7 +347,8 @@ def write_manifest(path: Path, manifest: dict[str, Any]) -> Path | None:
 # --------------------------------------------------------------------------- exports
 
 VLLM_CONFIG = "vllm-config"
-EXPORT_FORMATS = (VLLM_CONFIG,)
+HELM_VALUES = "helm-values"
+EXPORT_FORMATS = (VLLM_CONFIG, HELM_VALUES)
 _VLLM_CONFIG_MARK = "# vLLM serving arguments exported by runinfra-opt"
 
 
@@ -396,9 +433,59 @@ def export_manifest(path: Path, fmt: str) -> tuple[str, dict[str, Any]]:
     problems = validate_manifest(data)
     if problems:
         raise InputProblems([f"{path}: {p}" for p in problems[:20]], total=len(problems))
+    if fmt == HELM_VALUES:
+        return helm_values(data, str(path))
     text = vllm_config_text(data, str(path))
     args = vllm_config_args(data, str(path))
     return text, {"format": fmt, "manifest": str(path), "args": args, "config": config_file_mapping(args)}
+
+
+HELM_CHART_FIELDS = {"--max-model-len": "maxModelLen", "--dtype": "dtype"}
+"""`vllm serve` arguments the production-stack chart's `vllmConfig` names; the rest go to its `extraArgs`."""
+
+
+def helm_values(manifest: dict[str, Any], source: str) -> tuple[str, dict[str, Any]]:
+    """The vLLM production-stack Helm chart's values for the winner (`servingEngineSpec.modelSpec`): the model,
+    the winner's `vllm serve` arguments and `replicaCount` = the servers the capacity decision needs (1 without
+    one). Raises UserInputError as `vllm_config_args` does."""
+    import yaml
+
+    args = vllm_config_args(manifest, source)
+    model = args[args.index("--model") + 1]
+    config: dict[str, Any] = {}
+    extra: list[str] = []
+    rest = [a for i, a in enumerate(args) if a != "--model" and (i == 0 or args[i - 1] != "--model")]
+    i = 0
+    while i < len(rest):
+        flag = rest[i]
+        value = rest[i + 1] if i + 1 < len(rest) and not rest[i + 1].startswith("--") else None
+        if flag in HELM_CHART_FIELDS and value is not None:
+            config[HELM_CHART_FIELDS[flag]] = int(value) if value.isdigit() else value
+        else:
+            extra += [flag] if value is None else [flag, value]
+        i += 1 if value is None else 2
+    if extra:
+        config["extraArgs"] = extra
+    capacity = manifest.get("capacity") or {}
+    replicas = capacity.get("servers") or 1
+    name = safe_name(str((manifest.get("target") or {}).get("name") or "model")).lower().replace("_", "-")
+    spec = {"name": name, "repository": "vllm/vllm-openai", "tag": "latest", "modelURL": model,
+            "replicaCount": replicas, "vllmConfig": config}  # fmt: skip
+    values = {"servingEngineSpec": {"modelSpec": [spec]}}
+    run_id = (manifest.get("metadata") or {}).get("runId", "?")
+    winner = (manifest.get("decision") or {}).get("winner", "?")
+    sized = (
+        f"replicaCount {replicas}: {capacity.get('targetRate'):g} requests/s at the SLOs"
+        if capacity.get("servers") and capacity.get("targetRate")
+        else "replicaCount 1: the run made no capacity decision with a target rate"
+    )
+    header = (
+        f"# vLLM production-stack Helm values exported by runinfra-opt from {Path(source).name} (run {run_id}, "
+        f"winner {winner}).\n# {sized}. Add requestCPU / requestMemory / requestGPU for your nodes; the image tag "
+        "must be a vLLM that accepts these arguments.\n"
+    )
+    text = header + yaml.safe_dump(values, sort_keys=False, allow_unicode=True, width=1000)
+    return text, {"format": HELM_VALUES, "manifest": source, "args": args, "values": values}
 
 
 def read_manifest(path: Path) -> Any:

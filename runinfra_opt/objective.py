@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from runinfra_opt.records import RequestRecord
     from runinfra_opt.results import Interval
 
-Priority = Literal["throughput", "ttft"]
+Priority = Literal["throughput", "ttft", "capacity"]
 
 PERCENTILES = ("p50", "p90", "p95", "p99")
 """The TTFT percentiles a run may decide on (`--percentile`)."""
@@ -43,8 +43,16 @@ class Measure:
 
 THROUGHPUT = Measure("throughput", "throughput", higher_is_better=True)
 TTFT = Measure("ttft", "TTFT", higher_is_better=False)
+CAPACITY = Measure("capacity", "capacity", higher_is_better=True)
+"""The most requests/s one server sustains within the SLOs (`optimize.capacity`); at batch 1 and per load level
+it ranks as throughput does."""
 
-PRIORITIES: dict[str, Measure] = {"throughput": THROUGHPUT, "ttft": TTFT, "first-token-latency": TTFT}
+PRIORITIES: dict[str, Measure] = {
+    "throughput": THROUGHPUT,
+    "ttft": TTFT,
+    "first-token-latency": TTFT,
+    "capacity": CAPACITY,
+}
 """`--priority` names and aliases."""
 
 
@@ -170,6 +178,11 @@ class Objective:
     def on_ttft(self) -> bool:
         """The priority ranks on TTFT (lower first)."""
         return not self.measure.higher_is_better
+
+    @property
+    def on_capacity(self) -> bool:
+        """The run decides by each variant's capacity at the SLOs (`--priority capacity`)."""
+        return self.priority == "capacity"
 
     @property
     def figure(self) -> str:

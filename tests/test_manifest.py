@@ -211,7 +211,8 @@ def test_cli_validate_reports_each_problem_with_file_and_field(tmp_path: Path, r
     result = runner.invoke(app, ["manifest", "validate", str(bad)])
     assert result.exit_code == 2
     assert f"error: {bad}: kind: required field missing" in result.output
-    assert f"error: {bad}: priority.objective: 'speed' is not one of ['throughput', 'ttft']" in result.output
+    enum = "['throughput', 'ttft', 'capacity']"
+    assert f"error: {bad}: priority.objective: 'speed' is not one of {enum}" in result.output
     assert "Traceback" not in result.output
 
 

@@ -187,7 +187,7 @@ def test_cli_export_bad_input_is_one_line_and_exit_2(tmp_path: Path, runner: Cli
     ]
     result = runner.invoke(app, ["manifest", "export", "--format", "sglang", str(path)])
     assert result.exit_code == 2
-    assert "--format sglang: unknown export format; available: vllm-config" in result.stderr
+    assert "--format sglang: unknown export format; available: vllm-config, helm-values" in result.stderr
     invalid = tmp_path / "invalid.yaml"
     invalid.write_text(yaml.safe_dump({"kind": "ServingOptimization"}))
     result = runner.invoke(app, ["manifest", "export", str(invalid)])

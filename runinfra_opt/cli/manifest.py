@@ -38,7 +38,11 @@ def validate_command(
 def export_command(
     file: Path = typer.Argument(..., metavar="FILE", help="A manifest file, YAML or JSON (by its .json suffix)."),
     fmt: str = typer.Option(
-        "vllm-config", "--format", "-f", help="vllm-config: the `vllm serve --config` YAML of serving.vllm.args."
+        "vllm-config",
+        "--format",
+        "-f",
+        help="vllm-config: the `vllm serve --config` YAML of serving.vllm.args; helm-values: the vLLM production-stack "
+        "chart's servingEngineSpec (the model, the winner's arguments, replicaCount = the servers capacity needs).",
     ),
     output: Path | None = typer.Option(
         None, "--output", "-o", help="Write it to this file (atomically) instead of printing it."

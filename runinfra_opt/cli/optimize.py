@@ -43,6 +43,7 @@ from runinfra_opt.optimize.config import (
     DEFAULT_CONFIRM,
     DEFAULT_MAX_RETRIES,
     DEFAULT_RUNS_ROOT,
+    DEFAULT_SLO_ATTAINMENT,
     OptimizeConfig,
 )
 from runinfra_opt.optimize.rundir import latest_left_note, moves_latest
@@ -176,10 +177,29 @@ def optimize(
     slo_tpot_ms: float | None = typer.Option(
         None, "--slo-tpot-ms", help="Under load: the TPOT goodput counts.", rich_help_panel=LOAD
     ),
+    slo_attainment: float = typer.Option(
+        DEFAULT_SLO_ATTAINMENT,
+        "--slo-attainment",
+        help="Share of requests that must meet every SLO at a sustained rate (capacity).",
+        rich_help_panel=LOAD,
+    ),
+    target_rate: float | None = typer.Option(
+        None,
+        "--target-rate",
+        help="--priority capacity: requests/s to serve (default: the recorded peak rate).",
+        rich_help_panel=DECISION,
+    ),
+    server_cost_per_hour: float | None = typer.Option(
+        None,
+        "--server-cost-per-hour",
+        help="--priority capacity: one server's price per hour (cost per hour and per million tokens).",
+        rich_help_panel=DECISION,
+    ),
     priority: str = typer.Option(
         "throughput",
         "--priority",
-        help="throughput, ttft or first-token-latency (an alias of ttft).",
+        help="throughput, ttft, first-token-latency (an alias of ttft) or capacity (requests/s per server at the "
+        "SLOs; vllm).",
         rich_help_panel=DECISION,
     ),
     percentile: str = typer.Option(
@@ -311,6 +331,7 @@ def decision_json(results: RunResults) -> dict[str, Any]:
         "workload": results.workload.model_dump() if results.workload else None,
         "certainty": results.certainty.model_dump() if results.certainty else None,
         "load": _load_json(results),
+        "capacity": results.capacity.model_dump() if results.capacity else None,
         "notes": [note.text for note in results.notes],
     }
 

@@ -141,6 +141,10 @@ class LoadMeasurement:
     run: LevelRun
     drafted_tokens: int | None = None
     accepted_tokens: int | None = None
+    preemptions: int | None = None
+    """Requests the server preempted during the level (its `/metrics`), None where it does not say."""
+    kv_cache_peak: float | None = None
+    """The highest KV-cache usage (0-1) sampled during the level, None where it does not say."""
 
 
 class LoadServer(Protocol):

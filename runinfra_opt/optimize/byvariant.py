@@ -10,7 +10,7 @@ from typing import Any, cast
 
 from runinfra_opt.errors import EngineError
 from runinfra_opt.methods import BASELINE, Variant
-from runinfra_opt.optimize import underload
+from runinfra_opt.optimize import capacity, underload
 from runinfra_opt.optimize.state import WARMUP_TOKENS, RunState
 from runinfra_opt.records import compare_to_baseline, default_tie_tolerance
 from runinfra_opt.results import VariantResult
@@ -69,7 +69,7 @@ def time_by_variant(state: RunState, variants: list[Variant]) -> None:
         timed = len(state.requests) * repeats * (2 if pairing else 1)
         for _ in range(timed - _left(todo, done, beside_done, pairing) + len(levels) - len(levels_todo)):
             state.reporter.advance()
-        if (not todo and not levels_todo) or vr.failed:
+        if (not todo and not levels_todo and not capacity.pending(state, variant)) or vr.failed:
             for _ in range(_left(todo, done, beside_done, pairing) + len(levels_todo)):
                 state.reporter.advance()
             continue
@@ -91,6 +91,7 @@ def time_by_variant(state: RunState, variants: list[Variant]) -> None:
                 state.save()
                 state.reporter.advance(f"{variant.name} {request.id}")
             underload.measure(state, variant)  # on the same server, while it is up
+            capacity.search(state, variant)
         except EngineError as exc:
             if not variant.is_speculative or exc is baseline_error:
                 raise

@@ -30,6 +30,7 @@ margins of the plan, `optimize --priority throughput` with no other argument end
 2-core CPU."""
 DEFAULT_CONFIRM = 3
 DEFAULT_RUNS_ROOT = Path(".runinfra") / "runs"
+DEFAULT_SLO_ATTAINMENT = 0.99
 
 
 def parse_methods(values: list[str] | tuple[str, ...] | None) -> tuple[str, ...] | None:
@@ -177,7 +178,14 @@ class OptimizeConfig:
     """`--burstiness`: rate levels' gamma shape (1: Poisson)."""
     slo_ttft_ms: float | None = None
     slo_tpot_ms: float | None = None
-    """`--slo-ttft-ms` / `--slo-tpot-ms`: the service levels goodput counts (under load)."""
+    """`--slo-ttft-ms` / `--slo-tpot-ms`: the service levels goodput counts (under load), and capacity is held to."""
+    slo_attainment: float = DEFAULT_SLO_ATTAINMENT
+    """`--slo-attainment`: the share of requests that must meet every SLO at a rate one server sustains."""
+    target_rate: float | None = None
+    """`--target-rate`: the requests/s the deployment must serve (`--priority capacity`; None: the recorded
+    traffic's peak rate, when the workload records arrivals)."""
+    server_cost_per_hour: float | None = None
+    """`--server-cost-per-hour`: one server's price, for the cost per hour and per million output tokens."""
 
     def __post_init__(self) -> None:
         self._check_engine()
@@ -229,6 +237,7 @@ class OptimizeConfig:
         for option, value in (("--slo-ttft-ms", self.slo_ttft_ms), ("--slo-tpot-ms", self.slo_tpot_ms)):
             if value is not None and not value > 0:
                 raise UserInputError(f"{option} {value:g}: must be > 0 (milliseconds)")
+        self._check_capacity()
         spec = self.load.strip().lower()
         if spec in ("auto", "none"):
             return
@@ -239,6 +248,26 @@ class OptimizeConfig:
                 f"--load {self.load}: the {self.engine} engine runs one request at a time; load levels need a "
                 f"serving engine ({serving})"
             )
+
+    def _check_capacity(self) -> None:
+        if not 0 < self.slo_attainment <= 1:
+            raise UserInputError(f"--slo-attainment {self.slo_attainment:g}: must be a share in (0, 1] (e.g. 0.99)")
+        costs = (("--target-rate", self.target_rate), ("--server-cost-per-hour", self.server_cost_per_hour))
+        for option, value in costs:
+            if value is not None and not value > 0:
+                raise UserInputError(f"{option} {value:g}: must be > 0")
+            if value is not None and not self.objective.on_capacity:
+                raise UserInputError(f"{option} needs --priority capacity")
+        if not self.objective.on_capacity:
+            return
+        if not engine_registry.spec(self.engine).serves_load:
+            serving = " or ".join(f"--engine {name}" for name in engine_registry.serving_engines())
+            raise UserInputError(
+                f"--priority capacity: the {self.engine} engine runs one request at a time; the rate one server "
+                f"sustains needs a serving engine ({serving})"
+            )
+        if self.slo_ttft_ms is None and self.slo_tpot_ms is None:
+            raise UserInputError("--priority capacity needs a service level: --slo-ttft-ms and/or --slo-tpot-ms")
 
     def to_dict(self) -> dict[str, Any]:
         """The stored form: every field under its own name, the objective's fields flat beside them (the keys

@@ -205,6 +205,10 @@ def predict(state: RunState, *, after_confirm: bool = False, interim: bool = Fal
         for predicted in vr.load_predicted:
             mine, theirs = level_tps[predicted.level].get(variant.name), level_tps[predicted.level].get(BASELINE.name)
             predicted.vs_baseline = mine / theirs if mine and theirs else None
+    from runinfra_opt.optimize import capacity
+
+    corrections = calibration.corrections if calibration is not None else None
+    capacity.predict(state, passes, table, corrections, overheads)
     left = [v.name for v in state.space if not predictable(v)]
     if left:
         results.add_note(

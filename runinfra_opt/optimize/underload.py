@@ -178,7 +178,7 @@ def _ttft(lr: LevelResult, percentile: str) -> float | None:
     return lr.metrics.ttft_s.get(percentile)
 
 
-def _eligible(results: RunResults, vr: VariantResult) -> bool:
+def eligible(results: RunResults, vr: VariantResult) -> bool:
     """Lossless at batch 1 and measured there (not failed); a k schedule only once verified and written."""
     if vr.failed or vr.disqualified or not vr.confirmed:
         return False
@@ -222,7 +222,7 @@ def level_decision(results: RunResults, level: str, objective: Objective) -> Lev
     excluded: list[str] = []
     for vr in results.variants:
         lr = _at(vr, level)
-        if lr is None or vr.name == BASELINE.name or not _eligible(results, vr):
+        if lr is None or vr.name == BASELINE.name or not eligible(results, vr):
             continue
         ttft = _ttft(lr, percentile)
         unmeasured = ttft is None and objective.max_ttft_ms is not None  # no figure to hold to the cap
@@ -346,7 +346,7 @@ def crossovers(results: RunResults) -> list[Crossover]:
     first = levels[0][1]
     best_of: dict[str, tuple[float, VariantResult]] = {}
     for vr in results.variants:
-        if vr.name == BASELINE.name or not _eligible(results, vr):
+        if vr.name == BASELINE.name or not eligible(results, vr):
             continue
         lr = _at(vr, first)
         if lr is None or lr.vs_baseline is None:

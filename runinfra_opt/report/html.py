@@ -8,7 +8,7 @@ import html
 from collections import Counter
 
 from runinfra_opt.records import RequestRecord
-from runinfra_opt.report import load_html, text, view
+from runinfra_opt.report import capacity, load_html, text, view
 from runinfra_opt.report.html_blocks import empty_box, plot_box, table
 from runinfra_opt.report.view import VariantRow
 from runinfra_opt.results import RunResults, VariantResult
@@ -234,6 +234,8 @@ def render_html(results: RunResults) -> str:
         parts.append("</ul>")
     if results.load is not None:
         parts.append(load_html.html_section(results))
+    if results.capacity is not None:
+        parts.append(capacity.html_section(results))
     parts += [f"<p>Note: {html.escape(note)}</p>" for note in text.notes(results)]
     parts.append(f'<p class="meta">Environment: {html.escape(view.environment_line(results))}</p>')
     parts.append("</body></html>")

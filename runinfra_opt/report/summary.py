@@ -12,7 +12,7 @@ from rich.table import Table
 from rich.text import Text
 
 from runinfra_opt.methods import get_method, method_names
-from runinfra_opt.report import answer, load, view
+from runinfra_opt.report import answer, capacity, load, view
 from runinfra_opt.report.text import TERMINAL_HEADERS, variant_cells
 from runinfra_opt.results import RunResults
 
@@ -108,6 +108,7 @@ def render_summary(results: RunResults, console: Console) -> None:
             console.print(Text(line))
     for line in load.summary_lines(results):
         console.print(Text(line))
+    capacity.render_section(results, console)
     manifest = next(reversed(results.notes_of("manifest")), None)
     if manifest:
         line = manifest.text[0].upper() + manifest.text[1:]

@@ -8,7 +8,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from runinfra_opt.report import load, view
+from runinfra_opt.report import capacity, load, view
 from runinfra_opt.report.markdown import md_escape, md_table
 from runinfra_opt.report.view import VariantRow
 from runinfra_opt.results import RunResults
@@ -172,6 +172,7 @@ def render_table(results: RunResults, console: Console) -> None:
             sub.add_row(*cell_row)
         console.print(sub)
     load.render_section(results, console)
+    capacity.render_section(results, console)
 
     for note in notes(results):
         console.print(Text(f"Note: {note}"))
@@ -219,6 +220,7 @@ def render_markdown(results: RunResults) -> str:
         if cells:
             out += [f"### {title}", ""] + md_table(columns, cells, NUMERIC_COLUMNS) + [""]
     out += load.markdown_section(results)
+    out += capacity.markdown_section(results)
 
     excluded = excluded_lines(rows)
     if excluded:

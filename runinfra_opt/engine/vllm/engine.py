@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import itertools
 import secrets
 from collections.abc import Callable, Sequence
@@ -260,15 +261,23 @@ class VllmEngine:
         completions = {r.id: self._completion(r, max_tokens, top_logprobs=0, cache_salt=salt) for r in requests}
         client = OpenAIClient(server.base_url, server.api_key, server.model_name, max_connections=None)
 
+        kv_peak = [-1.0]
+
         async def measure() -> Any:
-            async with client:
+            sampler = asyncio.ensure_future(metrics.sample_kv_cache(server.base_url, kv_peak))
+            try:
+                async with client:
 
-                async def send(request: Request) -> RequestResult:
-                    return await client.complete(completions[request.id])
+                    async def send(request: Request) -> RequestResult:
+                        return await client.complete(completions[request.id])
 
-                return await run_level(
-                    level, plan(level, requests), send, on_result=count, sink=sink, keep_records=sink is None
-                )
+                    return await run_level(
+                        level, plan(level, requests), send, on_result=count, sink=sink, keep_records=sink is None
+                    )
+            finally:
+                sampler.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await sampler
 
         failures = 0
 
@@ -285,6 +294,8 @@ class VllmEngine:
             run=run,
             drafted_tokens=round(counters.draft_tokens),
             accepted_tokens=round(counters.accepted_tokens),
+            preemptions=round(counters.preemptions),
+            kv_cache_peak=kv_peak[0] if kv_peak[0] >= 0 else None,
         )
 
     def step_costs(

@@ -27,6 +27,10 @@ ENGINE_STEPS = "vllm:iteration_tokens_total_count"
 STEP_TOKENS = "vllm:iteration_tokens_total_sum"
 """Tokens computed in those steps (prompt tokens not served from the prefix cache, plus generated ones)."""
 CACHE_CONFIG = "vllm:cache_config_info"
+PREEMPTIONS = "vllm:num_preemptions_total"
+"""Requests the scheduler preempted (their KV blocks freed, to be recomputed) for want of KV cache."""
+KV_CACHE_USAGE = "vllm:kv_cache_usage_perc"
+"""A gauge: the share of KV-cache blocks in use (0-1; drafted tokens take blocks too)."""
 
 
 @dataclass(frozen=True)
@@ -46,6 +50,9 @@ class EngineCounters:
     """Prompt tokens served from the prefix cache instead of computed."""
     engine_steps: float = 0.0
     step_tokens: float = 0.0
+    preemptions: float = 0.0
+    kv_cache_usage: float | None = None
+    """The gauge at the scrape (not a counter: `minus` keeps the later one)."""
 
     @property
     def acceptance_rate(self) -> float | None:
@@ -73,6 +80,8 @@ class EngineCounters:
             prompt_tokens_cached=self.prompt_tokens_cached - before.prompt_tokens_cached,
             engine_steps=self.engine_steps - before.engine_steps,
             step_tokens=self.step_tokens - before.step_tokens,
+            preemptions=self.preemptions - before.preemptions,
+            kv_cache_usage=self.kv_cache_usage,
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -98,13 +107,17 @@ def parse_counters(text: str) -> EngineCounters:
         PROMPT_TOKENS_CACHED,
         ENGINE_STEPS,
         STEP_TOKENS,
+        PREEMPTIONS,
     }
+    kv_usage: float | None = None
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
             if sample.name == ACCEPTED_PER_POSITION:
                 per_position[int(sample.labels["position"])] += sample.value
             elif sample.name in wanted:
                 totals[sample.name] += sample.value
+            elif sample.name == KV_CACHE_USAGE:
+                kv_usage = max(kv_usage or 0.0, sample.value)
     return EngineCounters(
         drafts=totals[DRAFTS],
         draft_tokens=totals[DRAFT_TOKENS],
@@ -116,6 +129,8 @@ def parse_counters(text: str) -> EngineCounters:
         prompt_tokens_cached=totals[PROMPT_TOKENS_CACHED],
         engine_steps=totals[ENGINE_STEPS],
         step_tokens=totals[STEP_TOKENS],
+        preemptions=totals[PREEMPTIONS],
+        kv_cache_usage=kv_usage,
     )
 
 
@@ -136,6 +151,25 @@ def has_step_counters(text: str) -> bool:
     from prometheus_client.parser import text_string_to_metric_families
 
     return any(s.name == ENGINE_STEPS for family in text_string_to_metric_families(text) for s in family.samples)
+
+
+async def sample_kv_cache(base_url: str, peak: list[float], *, every_s: float = 0.5) -> None:
+    """Until cancelled, scrape `/metrics` every `every_s` and keep the highest KV-cache usage in `peak[0]` (a
+    gauge is only seen while it is high: a scrape after the run finds the cache drained)."""
+    import asyncio
+
+    import httpx
+
+    async with httpx.AsyncClient(timeout=5.0, trust_env=False) as http:
+        while True:
+            try:
+                response = await http.get(base_url.rstrip("/") + "/metrics")
+                usage = parse_counters(response.text).kv_cache_usage
+                if usage is not None:
+                    peak[0] = max(peak[0], usage)
+            except httpx.HTTPError:
+                pass  # a missed sample; the run itself reports a dead server
+            await asyncio.sleep(every_s)
 
 
 def scrape(base_url: str, *, timeout_s: float = 10.0) -> EngineCounters:

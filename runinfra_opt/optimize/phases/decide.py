@@ -8,7 +8,7 @@ Raises `NoFeasibleVariantError` (status `no_feasible`) when no variant satisfies
 from __future__ import annotations
 
 from runinfra_opt.methods import BASELINE
-from runinfra_opt.optimize import underload
+from runinfra_opt.optimize import capacity, underload
 from runinfra_opt.optimize.state import RunState
 from runinfra_opt.results import QueueSimulation
 
@@ -26,6 +26,7 @@ def run(state: RunState) -> None:
         state.save()
         raise
     underload.decide_levels(state, decision)  # per load level; at the recorded load, its winner is the decision
+    capacity.decide(state, decision)  # by capacity at the SLOs, when this run searched it
     decision.queue = _queue(state, decision.winner) if results.load is None else []
     results.decision = decision
 

@@ -1,0 +1,229 @@
+"""Capacity: the highest arrival rate one server sustains, judged on one run per offered rate.
+
+- **A level's verdict** (`verdict`): a run at an offered rate is sustained when the server kept up (no request
+  failed, nothing was preempted, the queue did not grow through the run: `queue_grew`) and, with SLOs, at least
+  the attainment share of its requests succeeded within every SLO (TTFT and TPOT, bounds inclusive). Without an
+  SLO only keeping up counts (capacity at saturation).
+- **The search** (`RateSearch`): start at a predicted rate, step out by `STEP` (growing geometrically) until one
+  rate is sustained and one missed, then halve the bracket geometrically until the missed rate is within
+  `TOLERANCE` of the sustained one, at most `MAX_LEVELS` rates. The capacity is the highest sustained rate
+  below the lowest missed one, with the bracket as its interval.
+- **The target** (`peak_rate`): the recorded traffic's peak over `PEAK_WINDOW_S`.
+
+Pure functions of the records (measured or predicted: the serving predictor writes the same records), so the
+search and its prediction are judged alike."""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from runinfra_opt.load.runner import LevelRun, LoadRecord
+from runinfra_opt.results import CapacityLevel, Interval
+from runinfra_opt.stats import percentiles
+
+TOLERANCE = 0.10
+"""The search stops when the lowest missed rate is within this of the highest sustained one (10%)."""
+MAX_LEVELS = 6
+"""Offered rates per server at most (the budget may allow fewer)."""
+STEP = 1.25
+"""The step out from the start while the bracket is still open: the n-th step in the same direction multiplies
+the rate by STEP**n (1.25, then 1.56, 1.95, ...), so a prediction off by 2x is bracketed in four levels."""
+QUEUE_GROWTH = 2.0
+"""The queue grew when the median TTFT of the run's last third of sends is at least this many times that of its
+first third, and longer by at least half the first third's median end-to-end time (a burst in a Poisson
+schedule moves TTFT, not by a request's length)."""
+MIN_SPAN_E2E = 3.0
+"""A rate is measurable when its schedule spans at least this many batch-1 request lengths: faster, the requests
+all arrive before the first completes, and the run measures a burst of N, not a rate (`ceiling`)."""
+FLOOR_IN_FLIGHT = 0.25
+"""The lowest rate worth offering keeps a quarter of a request in flight on average (rate x batch-1 length):
+slower, requests rarely overlap, so a server that misses the SLOs there misses them alone (`floor`)."""
+PEAK_WINDOW_S = 60.0
+"""The recorded traffic's peak rate is the most arrivals within any window this long, per second (the mean rate
+over the whole recording when it is shorter)."""
+
+
+def _median(values: Sequence[float]) -> float | None:
+    return statistics.median(values) if values else None
+
+
+def queue_grew(records: Iterable[LoadRecord]) -> tuple[bool, str]:
+    """Whether requests waited longer and longer through the run (`QUEUE_GROWTH`), and the figures in words."""
+    done = sorted((r for r in records if r.success and r.ttft_s is not None), key=lambda r: r.sent_s)
+    third = len(done) // 3
+    if third < 1:
+        return False, ""
+    first, last = done[:third], done[-third:]
+    ttft_first = _median([r.ttft_s for r in first if r.ttft_s is not None]) or 0.0
+    ttft_last = _median([r.ttft_s for r in last if r.ttft_s is not None]) or 0.0
+    e2e_first = _median([r.e2e_s for r in first if r.e2e_s is not None]) or 0.0
+    grew = ttft_last >= QUEUE_GROWTH * ttft_first and ttft_last - ttft_first >= 0.5 * e2e_first
+    text = (
+        f"TTFT median {ttft_first * 1000:.0f} ms over the first third of sends, {ttft_last * 1000:.0f} ms over the last"
+    )
+    return grew, text
+
+
+def _meets(record: LoadRecord, slo_ttft_ms: float | None, slo_tpot_ms: float | None) -> bool:
+    if not record.success:
+        return False
+    if slo_ttft_ms is not None and (record.ttft_s is None or record.ttft_s * 1000 > slo_ttft_ms):
+        return False
+    tpot = record.tpot_s
+    return slo_tpot_ms is None or tpot is None or tpot * 1000 <= slo_tpot_ms
+
+
+def verdict(
+    run: LevelRun,
+    rate: float,
+    *,
+    slo_ttft_ms: float | None,
+    slo_tpot_ms: float | None,
+    attainment: float,
+    preemptions: int | None = None,
+    kv_cache_peak: float | None = None,
+) -> CapacityLevel:
+    """Whether the server sustained `rate` in `run` (see the module's docstring), with the reason when it did not."""
+    records = list(run.records)
+    failed = sum(not r.success for r in records)
+    grew, growth = queue_grew(records)
+    reasons = []
+    if failed:
+        reasons.append(f"{failed} of {len(records)} requests failed")
+    if preemptions:
+        kv = f", KV cache up to {kv_cache_peak:.0%}" if kv_cache_peak is not None else ""
+        reasons.append(f"the server preempted {preemptions} time(s){kv}")
+    if grew:
+        reasons.append(f"the queue grew through the run ({growth})")
+    kept_up = not reasons
+    attained = None
+    if slo_ttft_ms is not None or slo_tpot_ms is not None:
+        attained = sum(_meets(r, slo_ttft_ms, slo_tpot_ms) for r in records) / len(records) if records else 0.0
+        if attained < attainment:
+            reasons.append(f"{attained:.0%} of requests within the SLOs, below {attainment:.0%}")
+    ttft = [r.ttft_s for r in records if r.success and r.ttft_s is not None]
+    tpot = [t for r in records if (t := r.tpot_s) is not None]
+    return CapacityLevel(
+        rate=rate,
+        requests=len(records),
+        attained=attained,
+        ttft_s=percentiles(ttft) if ttft else {},
+        tpot_s=percentiles(tpot) if tpot else {},
+        kept_up=kept_up,
+        passed=not reasons,
+        reason="; ".join(reasons),
+        preemptions=preemptions,
+        kv_cache_peak=kv_cache_peak,
+    )
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """A search's answer: the highest sustained rate, the lowest missed one above it, and how it ended."""
+
+    value: float
+    low: float
+    high: float
+    status: str
+    """bracketed (within the tolerance, or the levels ran out with a bracket), at_least (every rate sustained),
+    below (none sustained)."""
+
+    def interval(self) -> Interval:
+        return Interval(value=self.value, low=self.low, high=self.high)
+
+
+@dataclass(frozen=True)
+class RateSearch:
+    """The offered rates of a search that brackets the knee (see the module's docstring)."""
+
+    start: float
+    tolerance: float = TOLERANCE
+    max_levels: int = MAX_LEVELS
+    ceiling: float | None = None
+    """The highest measurable rate (`ceiling`); the search offers nothing above it."""
+    floor: float | None = None
+    """The lowest rate worth offering (`floor`); the search offers nothing below it."""
+
+    def __post_init__(self) -> None:
+        if not (self.start > 0 and math.isfinite(self.start)):
+            raise ValueError(f"a rate search starts at a rate > 0, not {self.start}")
+
+    @staticmethod
+    def bracket(tried: Sequence[tuple[float, bool]]) -> tuple[float | None, float | None]:
+        """(highest sustained rate below the lowest missed one, lowest missed rate); None where there is none."""
+        missed = [rate for rate, ok in tried if not ok]
+        high = min(missed) if missed else None
+        sustained = [rate for rate, ok in tried if ok and (high is None or rate < high)]
+        return (max(sustained) if sustained else None), high
+
+    def next_rate(self, tried: Sequence[tuple[float, bool]]) -> float | None:
+        """The next rate to offer after `tried` (rate, sustained) pairs, or None when the search is done."""
+        if not tried:
+            return self.start if self.ceiling is None else min(self.start, self.ceiling)
+        if len(tried) >= self.max_levels:
+            return None
+        low, high = self.bracket(tried)
+        if low is not None and high is not None:
+            return None if high / low - 1 <= self.tolerance else math.sqrt(low * high)
+        run = 0  # consecutive steps in the same direction at the end of the search
+        for _, ok in reversed(tried):
+            if ok != tried[-1][1]:
+                break
+            run += 1
+        factor = STEP**run
+        if high is None and low is not None:
+            if self.ceiling is not None and low >= self.ceiling * (1 - 1e-9):
+                return None  # sustained the highest measurable rate: capacity is at least that
+            return low * factor if self.ceiling is None else min(low * factor, self.ceiling)
+        if self.floor is not None and high is not None and high <= self.floor * (1 + 1e-9):
+            return None  # missed even the lowest rate worth offering: the SLOs are not met without contention
+        lower = (high or self.start) / factor
+        return lower if self.floor is None else max(lower, self.floor)
+
+    def estimate(self, tried: Sequence[tuple[float, bool]]) -> Estimate | None:
+        if not tried:
+            return None
+        low, high = self.bracket(tried)
+        if low is None:
+            assert high is not None
+            return Estimate(0.0, 0.0, high, "below")
+        if high is None:
+            return Estimate(low, low, low, "at_least")
+        return Estimate(low, low, high, "bracketed")
+
+
+def ceiling(requests: int, e2e_s: float) -> float:
+    """The highest measurable rate for `requests` per run whose batch-1 length is `e2e_s` (`MIN_SPAN_E2E`)."""
+    return requests / (MIN_SPAN_E2E * max(e2e_s, 1e-6))
+
+
+def floor(e2e_s: float) -> float:
+    """The lowest rate worth offering for requests whose batch-1 length is `e2e_s` (`FLOOR_IN_FLIGHT`)."""
+    return FLOOR_IN_FLIGHT / max(e2e_s, 1e-6)
+
+
+def peak_rate(arrivals: Sequence[float], window_s: float = PEAK_WINDOW_S) -> float | None:
+    """The most arrivals within any `window_s` seconds, per second; over a recording shorter than the window, its
+    mean rate ((n - 1) / span). None for fewer than two arrivals or no span."""
+    times = sorted(arrivals)
+    if len(times) < 2 or times[-1] <= times[0]:
+        return None
+    span = times[-1] - times[0]
+    if span < window_s:
+        return (len(times) - 1) / span
+    most, start = 0, 0
+    for end, at in enumerate(times):
+        while times[start] <= at - window_s:
+            start += 1
+        most = max(most, end - start + 1)
+    return most / window_s
+
+
+def servers_needed(target_rate: float, capacity: float) -> int | None:
+    """ceil(target / capacity); None when the capacity is zero (no rate sustained)."""
+    if capacity <= 0:
+        return None
+    return max(1, math.ceil(target_rate / capacity - 1e-9))

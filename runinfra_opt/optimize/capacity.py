@@ -1,0 +1,511 @@
+"""Capacity in a run: how much traffic one server sustains with each variant, and how many servers the target
+rate needs (`--priority capacity`; and `--priority throughput` where the recorded load does not saturate the
+server, since throughput there is only the offered load).
+
+- **Predicted** (`predict`, from the serving predictor's phases): every predictable variant's highest sustained
+  rate, by bisection over offered rates on the modelled scheduler, judged on the predicted records exactly as a
+  measured run is judged (`load.capacity.verdict`).
+- **Searched** (`search`, right after a launched variant's batch-1 timing and load levels, on its server): a
+  `load.capacity.RateSearch` from the predicted rate, one run of the planned requests per offered rate, Poisson
+  arrivals (seeded), or the recorded pattern scaled when every request has an arrival time. The plan (rates x
+  window per server) is printed before the first search and cut to `--budget-minutes`.
+- **Decided** (`decide`): servers = ceil(target / capacity); fewest servers, then the most headroom, then the
+  simpler variant; a speculative winner must be lossless and sustain a rate the baseline missed (its capacity
+  above the baseline's interval). Measured capacities only; predicted ones are shown.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, cast
+
+from runinfra_opt.engine.protocol import LoadServer
+from runinfra_opt.fsutil import safe_name
+from runinfra_opt.load import Rate, Replay
+from runinfra_opt.load import capacity as search_rules
+from runinfra_opt.methods import BASELINE, Variant
+from runinfra_opt.objective import rank
+from runinfra_opt.optimize.select import simplicity_key
+from runinfra_opt.optimize.state import RunState
+from runinfra_opt.records import disqualifying
+from runinfra_opt.results import (
+    CapacityLevel,
+    CapacityRow,
+    CapacitySummary,
+    Decision,
+    Interval,
+    RunResults,
+    VariantCapacity,
+    VariantResult,
+)
+
+if TYPE_CHECKING:  # pragma: no cover
+    from runinfra_opt.load import LevelRun, LoadLevel
+    from runinfra_opt.predict.overhead import SpecOverhead
+    from runinfra_opt.predict.serving import Corrections, RequestPasses
+    from runinfra_opt.predict.steptable import StepCostTable
+
+PREDICT_TOLERANCE = 0.02
+"""The predicted capacity is bisected until its bracket is within 2%."""
+SETTLE_E2E = 3
+"""A level's window is its sends' span plus this many batch-1 end-to-end times (warm-up requests and drain)."""
+UNSATURATED = "the recorded load does not saturate the server (throughput there is only the offered load)"
+
+
+def _criterion(state: RunState) -> str:
+    config = state.config
+    return "slo" if config.slo_ttft_ms is not None or config.slo_tpot_ms is not None else "saturation"
+
+
+def may_decide(state: RunState) -> bool:
+    """Whether capacity may decide this run: `--priority capacity`, or throughput with the recorded arrivals
+    among the load levels (decided once the baseline's replay shows whether it saturates)."""
+    objective = state.config.objective
+    if objective.on_capacity:
+        return True
+    if objective.on_ttft:
+        return False
+    load = state.results.load
+    return load is not None and "replay" in load.levels
+
+
+def _recorded_rate(state: RunState) -> float | None:
+    arrivals = [r.arrival_s for r in state.requests]
+    if not arrivals or any(a is None for a in arrivals):
+        return None
+    times = sorted(a for a in arrivals if a is not None)
+    span = times[-1] - times[0]
+    return (len(times) - 1) / span if span > 0 else None
+
+
+def offered(state: RunState, rate: float) -> LoadLevel:
+    """The load level that offers `rate` requests/s: the recorded arrivals scaled to it when every request has
+    one, else Poisson arrivals (`--burstiness`, `--seed`)."""
+    recorded = _recorded_rate(state)
+    if recorded is not None:
+        return Replay(time_scale=recorded / rate)
+    return Rate(rate, state.config.burstiness, state.config.seed)
+
+
+def _summary(state: RunState, why: str) -> CapacitySummary:
+    results, config = state.results, state.config
+    if results.capacity is not None:
+        return results.capacity
+    target, source = config.target_rate, "--target-rate" if config.target_rate is not None else None
+    if target is None and config.objective.on_capacity:
+        arrivals = [r.arrival_s for r in state.requests if r.arrival_s is not None]
+        if len(arrivals) == len(state.requests):
+            target = search_rules.peak_rate(arrivals)
+            if target is not None:
+                source = f"the recorded peak rate (most arrivals in {search_rules.PEAK_WINDOW_S:g} s, or the mean rate)"
+    results.capacity = CapacitySummary(
+        criterion="slo" if _criterion(state) == "slo" else "saturation",
+        why=why,
+        slo_ttft_ms=config.slo_ttft_ms,
+        slo_tpot_ms=config.slo_tpot_ms,
+        attainment=config.slo_attainment,
+        target_rate=target,
+        target_source=source,
+        arrivals="recorded pattern, scaled" if _recorded_rate(state) is not None else "poisson",
+        tolerance=search_rules.TOLERANCE,
+        max_levels=search_rules.MAX_LEVELS,
+        requests_per_level=len(state.requests),
+        server_cost_per_hour=config.server_cost_per_hour,
+    )
+    return results.capacity
+
+
+# ---- predicted --------------------------------------------------------------------------------------------------
+
+
+def _predicted_verdict(
+    state: RunState, rate: float, passes: list[RequestPasses], table: StepCostTable,
+    corrections: Corrections | None, overhead: SpecOverhead,
+) -> bool:  # fmt: skip
+    from runinfra_opt.predict.serving import Corrections, predict_run
+
+    run = predict_run(offered(state, rate), passes, table, corrections=corrections or Corrections(), overhead=overhead)
+    return judge(state, run, rate).passed
+
+
+def predict(
+    state: RunState,
+    passes: dict[str, list[RequestPasses]],
+    table: StepCostTable,
+    corrections: Corrections | None,
+    overheads: dict[str, SpecOverhead],
+) -> None:
+    """Every predictable variant's predicted capacity into `capacity.predicted` (when capacity may decide)."""
+    from runinfra_opt.predict.overhead import NONE as NO_OVERHEAD
+
+    if not may_decide(state):
+        return
+    for name, items in passes.items():
+        if not items:
+            continue
+        vr = state.results.variant(name)
+        if vr is None:
+            continue
+        mean_e2e = sum(r.e2e_s for r in vr.predicted_requests) / max(len(vr.predicted_requests), 1)
+        start = 1.0 / mean_e2e if mean_e2e > 0 else 1.0
+        overhead = overheads.get(name, NO_OVERHEAD)
+
+        def sustained(rate: float, items: list[RequestPasses] = items, overhead: SpecOverhead = overhead) -> bool:
+            return _predicted_verdict(state, rate, items, table, corrections, overhead)
+
+        vc = vr.capacity or VariantCapacity()
+        floor = search_rules.floor(_baseline_e2e(state))
+        vc.predicted = _bisect(sustained, min(max(start, floor), _ceiling(state)), _ceiling(state), floor)
+        vr.capacity = vc
+
+
+def _bisect(check: Callable[[float], bool], start: float, ceiling: float, floor: float) -> float:
+    """The highest rate in [`floor`, `ceiling`] that `check(rate)` holds at, to `PREDICT_TOLERANCE` (0 when not
+    even at the floor)."""
+    low, high = None, None
+    rate = start
+    for _ in range(11):  # out from the start by doubling or halving until bracketed
+        if check(rate):
+            low = rate
+            if high is not None or rate >= ceiling:
+                break
+            rate = min(rate * 2, ceiling)
+        else:
+            high = rate
+            if low is not None or rate <= floor:
+                break
+            rate = max(rate / 2, floor)
+    if low is None:
+        return 0.0
+    if high is None:
+        return low
+    while high / low - 1 > PREDICT_TOLERANCE:
+        middle = math.sqrt(low * high)
+        low, high = (middle, high) if check(middle) else (low, middle)
+    return low
+
+
+# ---- searched ---------------------------------------------------------------------------------------------------
+
+
+def judge(
+    state: RunState, run: LevelRun, rate: float, preemptions: int | None = None, kv: float | None = None
+) -> CapacityLevel:
+    """The run's verdict at `rate` under this run's SLOs (`load.capacity.verdict`; no SLO: keeping up only)."""
+    config = state.config
+    slo = _criterion(state) == "slo"
+    return search_rules.verdict(
+        run,
+        rate,
+        slo_ttft_ms=config.slo_ttft_ms if slo else None,
+        slo_tpot_ms=config.slo_tpot_ms if slo else None,
+        attainment=config.slo_attainment,
+        preemptions=preemptions,
+        kv_cache_peak=kv,
+    )
+
+
+def _baseline_e2e(state: RunState) -> float:
+    import statistics
+
+    records = state.baseline_records().values()
+    return statistics.median([r.e2e_s for r in records]) if records else 1.0
+
+
+def _ceiling(state: RunState) -> float:
+    """The highest rate the planned requests can measure (`load.capacity.ceiling`)."""
+    return search_rules.ceiling(len(state.requests), _baseline_e2e(state))
+
+
+def _window_s(state: RunState, rate: float) -> float:
+    return len(state.requests) / rate + SETTLE_E2E * _baseline_e2e(state)
+
+
+def _servers_left(state: RunState) -> int:
+    plan = state.plan
+    slots = plan.confirm_slots if plan.confirm_slots is not None else max(len(plan.confirm or [BASELINE.name]) - 1, 0)
+    searched = sum(1 for vr in state.results.variants if vr.capacity is not None and vr.capacity.levels)
+    return max(1, 1 + slots - searched)
+
+
+def _saturates(state: RunState) -> bool | None:
+    """Whether the baseline's measured replay fell behind the recorded arrivals (None: not measured)."""
+    from runinfra_opt.load.store import read_run
+
+    baseline = state.results.variant(BASELINE.name)
+    found = next((lr for lr in baseline.load if lr.level == "replay"), None) if baseline else None
+    if found is None or found.records is None:
+        return None
+    run = read_run(state.run_dir / found.records)
+    level = search_rules.verdict(run, 0.0, slo_ttft_ms=None, slo_tpot_ms=None, attainment=0.0)
+    return not level.kept_up
+
+
+def _active(state: RunState, variant: Variant) -> CapacitySummary | None:
+    """The run's capacity summary when this variant's capacity is to be searched (created the first time)."""
+    if state.results.capacity is not None:
+        return state.results.capacity
+    if state.config.objective.on_capacity:
+        return _summary(state, "--priority capacity")
+    if variant.name == BASELINE.name and may_decide(state) and _saturates(state) is False:
+        return _summary(state, UNSATURATED)
+    return None
+
+
+def pending(state: RunState, variant: Variant) -> bool:
+    """Whether `search` has a rate left to offer this variant (a resumed or adopted run may have none)."""
+    if state.results.capacity is None and not state.config.objective.on_capacity and variant.name != BASELINE.name:
+        return False
+    vc = state.variant_result(variant).capacity
+    return vc is None or vc.status is None and vc.note is None
+
+
+def search(state: RunState, variant: Variant) -> None:
+    """The variant's capacity, searched on its server (see the module's docstring); resumable per level."""
+    summary = _active(state, variant)
+    if summary is None:
+        return
+    vr = state.variant_result(variant)
+    vc = vr.capacity or VariantCapacity()
+    vr.capacity = vc
+    if variant.is_speculative and any(disqualifying(r) for r in vr.measured_requests):
+        vc.note = "not searched: its greedy output differs from the baseline's (it cannot win)"
+        state.save()
+        return
+    if vc.search_start is None:
+        vc.search_start = vc.predicted if vc.predicted else 1.0 / max(_baseline_e2e(state), 1e-3)
+    start = vc.search_start
+    window = _window_s(state, start)
+    share = max(state.budget_left(), 0.0) / _servers_left(state)
+    allowed = max(1, min(search_rules.MAX_LEVELS, int(share // window)))
+    if not summary.plan:
+        servers = _servers_left(state)
+        text = (
+            f"capacity search: up to {search_rules.MAX_LEVELS} offered rates x ~{window:.0f} s each "
+            f"({len(state.requests)} requests, {summary.arrivals} arrivals) per server, for {servers} server(s): about "
+            f"{search_rules.MAX_LEVELS * window * servers / 60:.1f} min; --budget-minutes leaves room for "
+            f"{allowed} rate(s) per server"
+        )
+        summary.plan.append(text)
+        state.reporter.note(text)
+    e2e = _baseline_e2e(state)
+    rules = search_rules.RateSearch(
+        start, max_levels=max(allowed, len(vc.levels)), ceiling=_ceiling(state), floor=search_rules.floor(e2e)
+    )
+    engine = cast(LoadServer, state.engine)
+    tried = [(level.rate, level.passed) for level in vc.levels]
+    while (rate := rules.next_rate(tried)) is not None:
+        rate = float(f"{rate:.3g}")
+        if any(rate == r for r, _ in tried):
+            break  # rounding met a rate already offered: the bracket is as tight as the rates can show
+        path = Path("load") / safe_name(variant.name) / f"capacity-{rate:g}.jsonl"
+        started = time.perf_counter()
+        from runinfra_opt.load.store import RecordWriter, read_run
+
+        with RecordWriter(state.run_dir / path) as writer:
+            measured = engine.run_load(
+                variant, offered(state, rate), state.requests, max_tokens=state.max_tokens, sink=writer
+            )
+        level = judge(state, read_run(state.run_dir / path), rate, measured.preemptions, measured.kv_cache_peak)
+        level.records = path.as_posix()
+        level.wall_s = round(time.perf_counter() - started, 2)
+        vc.levels.append(level)
+        tried.append((rate, level.passed))
+        state.save()
+        verdict = "sustained" if level.passed else f"missed: {level.reason}"
+        state.reporter.note(f"{variant.name} at {rate:g} requests/s: {verdict}")
+    estimate = rules.estimate(tried)
+    if estimate is None:
+        return
+    if estimate.status == "below":
+        vc.note = (
+            f"missed every rate offered, down to {min(r for r, _ in tried):.3g}/s, where requests rarely overlap: the "
+            "SLOs are not met even without contention"
+        )
+    if estimate.status == "at_least":
+        vc.note = (
+            f"sustained the highest rate {len(state.requests)} requests can measure ({estimate.value:.3g}/s, a "
+            f"schedule of {search_rules.MIN_SPAN_E2E:g} batch-1 request lengths): more requests would measure higher"
+        )
+    vc.measured = estimate.interval()
+    unlimited = dataclasses.replace(rules, max_levels=len(tried) + 1)
+    unfinished = unlimited.next_rate(tried) is not None  # more rates would have narrowed it: the levels ran out
+    vc.status = "stopped" if unfinished else estimate.status  # type: ignore[assignment]
+    if unfinished and allowed < search_rules.MAX_LEVELS:
+        summary.budget_ran_out.append(
+            f"{variant.name}: the budget allowed {allowed} rate(s); the answer is "
+            f"[{estimate.low:g}, {estimate.high:g}] requests/s, not yet within {rules.tolerance:.0%}"
+        )
+    state.save()
+
+
+# ---- decided ----------------------------------------------------------------------------------------------------
+
+
+def _mean_output_tokens(vr: VariantResult) -> float | None:
+    rows = vr.measured_requests or vr.predicted_requests
+    return sum(r.output_tokens for r in rows) / len(rows) if rows else None
+
+
+def _rows(results: RunResults, summary: CapacitySummary) -> list[CapacityRow]:
+    from runinfra_opt.optimize.underload import eligible
+
+    rows = []
+    target, price = summary.target_rate, summary.server_cost_per_hour
+    for vr in results.variants:
+        vc = vr.capacity
+        if vc is None:
+            continue
+        if vc.measured is not None:
+            value, low, high, source = vc.measured.value, vc.measured.low, vc.measured.high, "measured"
+        elif vc.predicted is not None:
+            value, low, high, source = vc.predicted, None, None, "predicted"
+        else:
+            continue
+        servers = search_rules.servers_needed(target, value) if target is not None else None
+        headroom = servers * value / target - 1 if servers is not None and target else None
+        cost = servers * price if servers is not None and price is not None else None
+        tokens = _mean_output_tokens(vr)
+        per_million = None
+        if price is not None and tokens and value > 0:
+            per_hour, rate = (cost, target) if cost is not None and target else (price, value)
+            per_million = per_hour / (rate * tokens * 3600) * 1e6 if per_hour is not None else None
+        why_not = None
+        if vr.disqualified or vr.failed:
+            why_not = vr.disqualified or vr.failed
+        elif source == "predicted":
+            why_not = "predicted only"
+        elif not eligible(results, vr):
+            why_not = "not measured at batch 1"
+        elif vc.status == "below":
+            why_not = "sustained none of the rates offered"
+        rows.append(
+            CapacityRow(
+                variant=vr.name, capacity=round(value, 4), low=low, high=high, source=source,  # type: ignore[arg-type]
+                servers=servers, headroom=headroom, cost_per_hour=cost, cost_per_million_tokens=per_million,
+                eligible=why_not is None, why_not=why_not,
+            )
+        )  # fmt: skip
+    return rows
+
+
+def _rate_text(row: CapacityRow) -> str:
+    if row.low is not None and row.high is not None and row.high > row.low:
+        return f"{row.capacity:.3g} requests/s [{row.low:.3g}, {row.high:.3g}]"
+    return f"{row.capacity:.3g} requests/s"
+
+
+def decide(state: RunState, decision: Decision) -> None:
+    """The decision by capacity (see the module's docstring) into `results.capacity` and `decision`."""
+    results, config = state.results, state.config
+    summary = results.capacity
+    if summary is None:
+        if config.objective.on_capacity:
+            results.add_note("no capacity was searched (no launched variant): the decision stands on throughput")
+        return
+    summary.rows = _rows(results, summary)
+    by_name = {row.variant: row for row in summary.rows}
+    base = by_name.get(BASELINE.name)
+    if base is None or base.source != "measured":
+        results.add_note("the baseline's capacity was not measured: capacity decides nothing in this run")
+        return
+
+    def ranked(rows: list[CapacityRow]) -> list[CapacityRow]:
+        """Fewest servers first; among equal counts the most capacity, within `TIE` the simpler variant."""
+
+        def simplicity(row: CapacityRow) -> tuple[int, int, int, str]:
+            return simplicity_key(results, Variant.from_dict(results.variant(row.variant).variant))  # type: ignore[union-attr]
+
+        def count(row: CapacityRow) -> float:  # no server count: no target (all alike), or no rate sustained (last)
+            return row.servers if row.servers is not None else (math.inf if summary.target_rate else 0)
+
+        out: list[CapacityRow] = []
+        for servers in sorted({count(row) for row in rows}):
+            out += rank([row for row in rows if count(row) == servers], lambda row: row.capacity, simplicity)
+        return out
+
+    eligible_rows = [row for row in summary.rows if row.eligible]
+    speculative = [row for row in ranked(eligible_rows) if row.variant != BASELINE.name]
+    base_high = base.high if base.high is not None else base.capacity
+    paying = [row for row in speculative if row.low is not None and row.low > base_high]
+    candidates = ranked([base, *paying])
+    winner = candidates[0]
+    target = summary.target_rate
+    servers = (
+        f"; {target:g} requests/s need {winner.servers} server(s)" if target is not None and winner.servers else ""
+    )
+    if winner.variant == BASELINE.name:
+        if speculative:
+            best = speculative[0]
+            why = (
+                f"its capacity does not exceed the baseline's interval (up to {base_high:.3g})"
+                if best not in paying
+                else "it needs more servers"
+            )
+            text = (
+                f"baseline {_rate_text(base)}: the best speculative variant, {best.variant} ({_rate_text(best)}), "
+                f"does not pay: {why}"
+            )
+        else:
+            text = f"baseline {_rate_text(base)}: no lossless speculative variant's capacity was measured"
+    else:
+        text = f"{winner.variant}: {_rate_text(winner)} vs the baseline's {_rate_text(base)}"
+    slo = _slo_text(summary)
+    reason = f"By capacity ({summary.why}; {slo}): {text}{servers}."
+    summary.winner, summary.reason = winner.variant, reason
+    changed, previous = winner.variant != decision.winner, decision.winner
+    decision.winner = winner.variant
+    decision.speculation = winner.variant != BASELINE.name
+    if decision.speculation:
+        decision.gain = (
+            Interval(
+                value=winner.capacity / base.capacity,
+                low=(winner.low or winner.capacity) / base_high,
+                high=(winner.high or winner.capacity) / max(base.low or base.capacity, 1e-9),
+            )
+            if base.capacity > 0 and base_high > 0
+            else None  # the baseline sustained none of the rates offered: no ratio
+        )
+    else:
+        decision.gain = Interval(value=1.0, low=1.0, high=1.0)
+    latency = _latency_at_replay(results, winner.variant) if summary.why == UNSATURATED else ""
+    verb = "chose" if changed else "also chose"
+    decision.reason = f"{reason}{latency} (By throughput the run {verb} {previous}: {decision.reason})"
+    if config.objective.require_speedup:
+        from runinfra_opt.exitcodes import ExitCode
+
+        decision.exit_code = int(ExitCode.OK if decision.speculation else ExitCode.GATE_FAILED)
+
+
+def _slo_text(summary: CapacitySummary) -> str:
+    if summary.criterion == "saturation":
+        return "no SLO given: the highest rate the server keeps up with"
+    parts = []
+    if summary.slo_ttft_ms is not None:
+        parts.append(f"TTFT <= {summary.slo_ttft_ms:g} ms")
+    if summary.slo_tpot_ms is not None:
+        parts.append(f"TPOT <= {summary.slo_tpot_ms:g} ms")
+    return f"{summary.attainment:.0%} of requests within {' and '.join(parts)}"
+
+
+def _latency_at_replay(results: RunResults, winner: str) -> str:
+    """The winner's latency change against the baseline at the recorded load (e2e p50, TTFT p95)."""
+
+    def at(name: str) -> tuple[float | None, float | None]:
+        vr = results.variant(name)
+        lr = next((x for x in vr.load if x.level == "replay"), None) if vr else None
+        return (lr.metrics.e2e_s.get("p50"), lr.metrics.ttft_s.get("p95")) if lr else (None, None)
+
+    if winner == BASELINE.name:
+        return ""
+    (e2e, ttft), (base_e2e, base_ttft) = at(winner), at(BASELINE.name)
+    parts = []
+    if e2e and base_e2e:
+        parts.append(f"e2e p50 {e2e / base_e2e - 1:+.0%} ({e2e * 1000:.0f} vs {base_e2e * 1000:.0f} ms)")
+    if ttft and base_ttft:
+        parts.append(f"TTFT p95 {ttft / base_ttft - 1:+.0%}")
+    return f" At the recorded load: {', '.join(parts)}." if parts else ""

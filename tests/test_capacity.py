@@ -1,0 +1,361 @@
+"""`--priority capacity`: the requests/s one server sustains within the SLOs, searched on the stand-in server
+(tests/fake_vllm) and predicted by the serving predictor; the decision by servers needed; the option checks."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from runinfra_opt.cli.app import app
+from runinfra_opt.engine.vllm.metrics import parse_counters
+from runinfra_opt.load import LevelRun, LoadRecord, Rate
+from runinfra_opt.load.capacity import (
+    MAX_LEVELS,
+    TOLERANCE,
+    RateSearch,
+    peak_rate,
+    servers_needed,
+    verdict,
+)
+from runinfra_opt.manifest import build_manifest, check_manifest_file, write_manifest
+from runinfra_opt.results import CapacityRow, CapacitySummary, RunResults, load_results
+from tests.test_manifest import NGRAM, _results
+from tests.test_optimize_vllm_predict import COST, PROMPTS
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--priority", "capacity", "--slo-ttft-ms", "500"], "--priority capacity: the transformers engine runs one"),
+        (["--priority", "capacity", "--engine", "vllm"], "--priority capacity needs a service level: --slo-ttft-ms"),
+        (["--target-rate", "3"], "--target-rate needs --priority capacity"),
+        (
+            ["--priority", "capacity", "--engine", "vllm", "--slo-tpot-ms", "50", "--slo-attainment", "0"],
+            "--slo-attainment 0: must be a share in (0, 1]",
+        ),
+        (
+            ["--priority", "capacity", "--engine", "vllm", "--slo-tpot-ms", "50", "--server-cost-per-hour", "-1"],
+            "--server-cost-per-hour -1: must be > 0",
+        ),
+    ],
+)
+def test_capacity_options_exit_2_with_one_line(runner: CliRunner, args: list[str], message: str) -> None:
+    result = runner.invoke(app, ["optimize", *args])
+    assert result.exit_code == 2, result.output
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert len(lines) == 1, result.output
+    assert message in lines[0], result.output
+
+
+# ---- on the stand-in server's table engine (steps priced as tests/test_optimize_vllm_predict.py prices them;
+# its outputs cycle their prompts, so n-gram drafts are mostly accepted: fewer steps per request) ---------------
+
+
+def _rows(arrivals: bool = False) -> str:
+    rows = [
+        {"id": f"r{i}", "category": "copy", "prompt": f"request {i}: {PROMPTS[i % len(PROMPTS)]}"} for i in range(12)
+    ]
+    for i, row in enumerate(rows):
+        row.update({"arrival_s": i / 2} if arrivals else {})  # two requests a second: the stand-in keeps up
+    return "".join(json.dumps(row) + "\n" for row in rows)
+
+
+@pytest.fixture
+def workload(tmp_path: Path) -> Path:
+    path = tmp_path / "w.jsonl"
+    path.write_text(_rows())
+    return path
+
+
+def _optimize(
+    runner: CliRunner, python: str, target: Path, workload: Path, tmp_path: Path, *extra: str, code: int = 0
+) -> tuple[Any, RunResults]:
+    args = ["optimize", "--engine", "vllm", "--vllm-python", python, "--target", str(target)]
+    args += ["--workload", str(workload), "--methods", "vllm_ngram", "--ngram-max", "3", "--max-tokens", "16"]
+    args += ["--repeats", "1", "--run-dir", str(tmp_path / "run"), "--out", str(tmp_path / "m.yaml"), *extra]
+    result = runner.invoke(app, args, catch_exceptions=False)
+    assert result.exit_code == code, result.output
+    return result, load_results(tmp_path / "run" / "results.json")
+
+
+@pytest.fixture
+def table_server(fake_vllm: str, monkeypatch: pytest.MonkeyPatch) -> str:
+    monkeypatch.setenv("FAKE_VLLM_STEP", "table")
+    monkeypatch.setenv("FAKE_VLLM_STEP_COST", json.dumps(COST))
+    return fake_vllm
+
+
+SLO = ("--slo-ttft-ms", "1000", "--slo-tpot-ms", "60", "--slo-attainment", "0.9")
+"""11 of the 12 requests within TTFT 1 s and TPOT 60 ms: the stand-in's baseline steps take 20 ms + 7 ms a
+sequence (its TPOT p95 is ~50 ms alone), so it misses the TPOT from a few in flight; n-gram drafts, mostly
+accepted, emit several tokens a step, so an n-gram variant carries more."""
+
+
+@pytest.mark.quiet
+def test_capacity_decides_by_servers_needed(
+    runner: CliRunner, table_server: str, tiny_models: tuple[Path, Path], workload: Path, tmp_path: Path
+) -> None:
+    result, results = _optimize(
+        runner, table_server, tiny_models[0], workload, tmp_path,
+        "--priority", "capacity", *SLO, "--load", "none", "--target-rate", "1000", "--server-cost-per-hour", "2",
+        "--confirm", "1",
+    )  # fmt: skip
+    out = " ".join(result.output.split())
+    assert "capacity search: up to 6 offered rates x" in out  # the plan, printed before measuring
+    summary = results.capacity
+    assert summary is not None
+    assert (summary.why, summary.criterion, summary.target_rate) == ("--priority capacity", "slo", 1000.0)
+    rows = {row.variant: row for row in summary.rows}
+    assert set(rows) == {v.name for v in results.variants}
+    for vr in results.variants:
+        vc = vr.capacity
+        assert vc is not None
+        assert vc.predicted is not None, vr.name  # every variant predicted
+        if not vr.confirmed:
+            assert rows[vr.name].source == "predicted"
+            continue
+        assert vc.measured is not None, vr.name  # every launched one searched
+        assert vc.search_start is not None
+        assert 1 <= len(vc.levels) <= 6
+        assert vc.levels[0].rate == pytest.approx(vc.search_start, rel=0.01)  # it starts at the prediction
+        for level in vc.levels:
+            assert level.passed == (not level.reason)
+            assert level.attained is not None
+        row = rows[vr.name]
+        assert row.source == "measured"
+        # a target above every capacity: server counts, not an error
+        assert row.servers == math.ceil(1000 / row.capacity), vr.name
+        assert row.cost_per_hour == pytest.approx(2 * row.servers)
+        assert row.cost_per_million_tokens is not None
+    assert results.decision is not None
+    assert results.decision.winner == summary.winner
+    assert results.decision.reason.startswith(
+        "By capacity (--priority capacity; 90% of requests within TTFT <= 1000 ms and TPOT <= 60 ms)"
+    )
+    winner = rows[summary.winner]
+    base = rows["baseline"]
+    if summary.winner != "baseline":  # a speculative winner sustained a rate the baseline missed
+        assert winner.low is not None
+        assert base.high is not None
+        assert winner.low > base.high
+    manifest = yaml.safe_load((tmp_path / "m.yaml").read_text())
+    assert manifest["capacity"]["servers"] == winner.servers
+    assert "Capacity per server" in out
+    report = runner.invoke(app, ["report", str(tmp_path / "run"), "--format", "markdown"])
+    assert "### Capacity per server" in report.stdout
+    page = runner.invoke(app, ["report", str(tmp_path / "run"), "--format", "html"])
+    assert 'id="plot-capacity-ttft"' in page.stdout
+    assert 'id="plot-capacity-tpot"' in page.stdout
+
+
+@pytest.mark.quiet
+def test_a_variant_whose_output_differs_does_not_win_on_capacity(
+    runner: CliRunner,
+    table_server: str,
+    tiny_models: tuple[Path, Path],
+    workload: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("FAKE_VLLM_SPEC", "diverge:6")  # output token 6 differs, with a 2-nat margin: confident
+    _, results = _optimize(
+        runner, table_server, tiny_models[0], workload, tmp_path,
+        "--priority", "capacity", *SLO, "--load", "none", "--confirm", "1",
+    )  # fmt: skip
+    summary = results.capacity
+    assert summary is not None
+    launched = [vr for vr in results.variants if vr.name != "baseline" and vr.confirmed]
+    assert launched
+    assert all(vr.disqualified is not None for vr in launched)
+    speculative = max(launched, key=lambda vr: vr.capacity.predicted or 0 if vr.capacity else 0)
+    assert speculative.capacity is not None
+    baseline = results.variant("baseline")
+    assert baseline is not None
+    assert baseline.capacity is not None
+    assert baseline.capacity.measured is not None
+    assert speculative.capacity.predicted is not None
+    assert speculative.capacity.predicted > baseline.capacity.measured.value  # predicted to carry more traffic
+    assert "not searched: its greedy output differs" in (speculative.capacity.note or "")
+    row = next(row for row in summary.rows if row.variant == speculative.name)
+    assert not row.eligible
+    assert "differs" in (row.why_not or "")
+    assert summary.winner == "baseline"
+    assert results.decision is not None
+    assert results.decision.winner == "baseline"
+    assert summary.target_rate is None  # no recorded arrivals, no --target-rate: no server count
+    assert all(row.servers is None for row in summary.rows)
+
+
+@pytest.mark.quiet
+def test_throughput_on_an_unsaturated_recorded_load_decides_by_capacity(
+    runner: CliRunner, table_server: str, tiny_models: tuple[Path, Path], tmp_path: Path
+) -> None:
+    path = tmp_path / "recorded.jsonl"
+    path.write_text(_rows(arrivals=True))
+    result, results = _optimize(
+        runner, table_server, tiny_models[0], path, tmp_path, "--load", "replay", "--confirm", "1"
+    )
+    summary = results.capacity
+    assert summary is not None
+    assert summary.why.startswith("the recorded load does not saturate the server")
+    assert (summary.criterion, summary.arrivals) == ("saturation", "recorded pattern, scaled")
+    launched = [vr for vr in results.variants if vr.confirmed]
+    assert all(vr.capacity is not None and vr.capacity.levels for vr in launched)
+    assert results.decision is not None
+    reason = results.decision.reason
+    assert reason.startswith("By capacity (the recorded load does not saturate the server")
+    assert "no SLO given: the highest rate the server keeps up with" in reason
+    if results.decision.winner != "baseline":
+        assert "At the recorded load: e2e p50" in reason
+    assert "Capacity per server" in result.output
+
+
+# ---- the search rules, on their own ----------------------------------------------------------------------------
+
+
+def _search(start: float, knee: float, **kwargs: Any) -> tuple[list[float], Any]:
+    """Run a `RateSearch` against a server that sustains every rate up to `knee`."""
+    rules = RateSearch(start, **kwargs)
+    tried: list[tuple[float, bool]] = []
+    while (rate := rules.next_rate(tried)) is not None:
+        tried.append((rate, rate <= knee))
+    return [rate for rate, _ in tried], rules.estimate(tried)
+
+
+@pytest.mark.parametrize(("start", "knee"), [(4.0, 4.3), (4.0, 3.1), (2.0, 3.9), (6.0, 3.9)])
+def test_rate_search_brackets_the_knee_within_the_tolerance(start: float, knee: float) -> None:
+    rates, estimate = _search(start, knee)
+    assert rates[0] == start
+    assert len(rates) <= MAX_LEVELS
+    assert estimate.status == "bracketed"
+    assert estimate.low <= knee < estimate.high
+    assert estimate.high / estimate.low - 1 <= TOLERANCE
+
+
+def test_rate_search_is_bounded_and_says_when_it_is_not_bracketed() -> None:
+    rates, estimate = _search(4.0, 0.05)  # a prediction 80x too high: the levels run out first
+    assert len(rates) == MAX_LEVELS
+    assert (estimate.status, estimate.value, estimate.low) == ("below", 0.0, 0.0)
+    rates, estimate = _search(4.0, 100.0, ceiling=6.0)  # never missed: capacity at least the highest measurable
+    assert rates[-1] == 6.0
+    assert max(rates) == 6.0
+    assert (estimate.status, estimate.value) == ("at_least", 6.0)
+
+
+def test_peak_rate_and_servers_needed() -> None:
+    assert peak_rate([0.0, 1.0, 2.0, 4.0]) == pytest.approx(0.75)  # shorter than the window: the mean rate
+    burst = [float(i) for i in range(100)] + [100 + i / 10 for i in range(60)]  # 1/s, then 10/s for 6 s
+    assert peak_rate(burst, window_s=10.0) == pytest.approx(6.4)
+    assert peak_rate([1.0]) is None
+    assert servers_needed(10.0, 4.0) == 3
+    assert servers_needed(8.0, 4.0) == 2
+    assert servers_needed(0.5, 4.0) == 1
+    assert servers_needed(1.0, 0.0) is None
+
+
+def _record(index: int, sent: float, ttft: float, e2e: float = 1.0, tokens: int = 11) -> LoadRecord:
+    return LoadRecord(
+        index=index, request_id=f"r{index}", category="c", planned_s=sent, sent_s=sent, done_s=sent + e2e,
+        success=True, ttft_s=ttft, e2e_s=e2e, output_tokens=tokens,
+    )  # fmt: skip
+
+
+def test_verdict_names_a_growing_queue_and_the_attainment() -> None:
+    steady = [_record(i, i * 0.5, 0.1) for i in range(12)]
+    run = LevelRun(Rate(2.0), steady, 0.0, 7.0, 2)
+    level = verdict(run, 2.0, slo_ttft_ms=200, slo_tpot_ms=100, attainment=0.99)
+    assert (level.passed, level.kept_up, level.attained, level.reason) == (True, True, 1.0, "")
+    growing = [_record(i, i * 0.5, 0.1 + 0.2 * i) for i in range(12)]
+    run = LevelRun(Rate(2.0), growing, 0.0, 9.0, 6)
+    level = verdict(run, 2.0, slo_ttft_ms=None, slo_tpot_ms=None, attainment=0.99)
+    assert not level.passed
+    assert not level.kept_up
+    assert "the queue grew through the run" in level.reason
+    level = verdict(LevelRun(Rate(2.0), steady, 0.0, 7.0, 2), 2.0, slo_ttft_ms=None, slo_tpot_ms=None,
+                    attainment=0.99, preemptions=3, kv_cache_peak=0.97)  # fmt: skip
+    assert "the server preempted 3 time(s), KV cache up to 97%" in level.reason
+    slow_tpot = [_record(i, i * 0.5, 0.1, e2e=2.1) for i in range(12)]  # TPOT 200 ms
+    level = verdict(LevelRun(Rate(2.0), slow_tpot, 0.0, 8.0, 5), 2.0, slo_ttft_ms=None, slo_tpot_ms=150,
+                    attainment=0.99)  # fmt: skip
+    assert (level.passed, level.attained) == (False, 0.0)
+    assert "0% of requests within the SLOs, below 99%" in level.reason
+
+
+# ---- the manifest's capacity section and its Helm values -------------------------------------------------------
+
+
+def _capacity_manifest(tmp_path: Path, *, servers: int | None) -> tuple[Path, dict[str, Any]]:
+    results = _results(NGRAM)
+    assert results.decision is not None
+    rows = [
+        CapacityRow(variant="baseline", capacity=1.2, low=1.2, high=1.4, source="measured", servers=servers and 9),
+        CapacityRow(variant=NGRAM.name, capacity=1.8, low=1.8, high=1.95, source="measured", servers=servers),
+    ]
+    results.capacity = CapacitySummary(
+        criterion="slo", why="--priority capacity", slo_ttft_ms=800, slo_tpot_ms=100, rows=rows, winner=NGRAM.name,
+        target_rate=10.0 if servers else None, target_source="--target-rate", reason="By capacity",
+    )  # fmt: skip
+    manifest = build_manifest(results)
+    path = tmp_path / "m.yaml"
+    write_manifest(path, manifest)
+    return path, manifest
+
+
+def test_manifest_capacity_section_is_valid_and_names_the_servers(tmp_path: Path) -> None:
+    path, manifest = _capacity_manifest(tmp_path, servers=6)
+    capacity = manifest["capacity"]
+    assert capacity["servers"] == 6
+    assert capacity["perServer"] == {
+        "variant": NGRAM.name, "requestsPerS": 1.8, "low": 1.8, "high": 1.95, "source": "measured", "servers": 6,
+    }  # fmt: skip
+    assert capacity["slo"] == {"ttftMs": 800, "tpotMs": 100, "attainment": 0.99}
+    assert [row["variant"] for row in capacity["variants"]] == ["baseline", NGRAM.name]
+    assert not check_manifest_file(path)
+
+
+def test_helm_values_carry_the_winners_arguments_and_the_servers(tmp_path: Path, runner: CliRunner) -> None:
+    path, manifest = _capacity_manifest(tmp_path, servers=6)
+    result = runner.invoke(app, ["manifest", "export", "--format", "helm-values", str(path)])
+    assert result.exit_code == 0, result.output
+    assert result.stdout.startswith("# vLLM production-stack Helm values exported by runinfra-opt")
+    values = yaml.safe_load(result.stdout)
+    (spec,) = values["servingEngineSpec"]["modelSpec"]
+    args = manifest["serving"]["vllm"]["args"]
+    assert spec["modelURL"] == args[args.index("--model") + 1]
+    assert spec["replicaCount"] == 6
+    config = spec["vllmConfig"]
+    assert config["maxModelLen"] == int(args[args.index("--max-model-len") + 1])
+    assert config["dtype"] == args[args.index("--dtype") + 1]
+    extra = config["extraArgs"]
+    spec_json = args[args.index("--speculative-config") + 1]
+    assert extra[extra.index("--speculative-config") + 1] == spec_json
+    assert json.loads(spec_json)["num_speculative_tokens"] == NGRAM.lookahead
+    rebuilt = ["--model", spec["modelURL"], "--dtype", config["dtype"], "--max-model-len", str(config["maxModelLen"])]
+    assert sorted(rebuilt + extra) == sorted(args), "every argument, once"
+    result = runner.invoke(app, ["manifest", "export", "--format", "helm-values", "--json", str(path)])
+    assert json.loads(result.stdout)["values"] == values
+    # without a capacity decision with a target: one replica, and the header says why
+    path, _ = _capacity_manifest(tmp_path / "none", servers=None)
+    result = runner.invoke(app, ["manifest", "export", "--format", "helm-values", str(path)])
+    assert yaml.safe_load(result.stdout)["servingEngineSpec"]["modelSpec"][0]["replicaCount"] == 1
+    assert "replicaCount 1: the run made no capacity decision with a target rate" in result.stdout
+
+
+def test_preemptions_and_kv_cache_usage_are_read_from_metrics() -> None:
+    before = parse_counters('# TYPE vllm:num_preemptions counter\nvllm:num_preemptions_total{engine="0"} 2.0\n')
+    text = (
+        "# TYPE vllm:num_preemptions counter\n"
+        'vllm:num_preemptions_total{engine="0"} 5.0\n'
+        "# TYPE vllm:kv_cache_usage_perc gauge\n"
+        'vllm:kv_cache_usage_perc{engine="0"} 0.83\n'
+    )
+    after = parse_counters(text)
+    assert (after.preemptions, after.kv_cache_usage) == (5.0, 0.83)
+    assert after.minus(before).preemptions == 3.0
+    assert parse_counters("").kv_cache_usage is None
