@@ -58,6 +58,14 @@ class SimResult:
         """Draft forwards before the target's first pass (they delay the first token)."""
         return self.first_chunk - 1 if self.draft_passes else 0
 
+    def add_pass(self, proposed: int, new_tokens: int) -> None:
+        """One target pass that verified `proposed` candidates, each a draft forward, and yielded `new_tokens`."""
+        self.target_passes += 1
+        self.draft_passes += proposed
+        self.drafted += proposed
+        self.chunks.append(proposed + 1)
+        self.accepted_per_pass.append(new_tokens - 1)
+
 
 @dataclass
 class ExpectedSimResult:
@@ -153,11 +161,7 @@ def simulate_draft(
                 if is_eos(pos):
                     break
         new_tokens = min(matched + 1, n_out - done)
-        result.target_passes += 1
-        result.draft_passes += proposed
-        result.drafted += proposed
-        result.chunks.append(proposed + 1)
-        result.accepted_per_pass.append(new_tokens - 1)
+        result.add_pass(proposed, new_tokens)
         done += new_tokens
     return result
 
@@ -179,16 +183,11 @@ def simulate_serving_draft(agree: Sequence[bool], lookahead: int, *, max_length:
     result.target_passes, result.chunks, result.accepted_per_pass = 1, [1], [0]
     done = 1
     while done < n_out:
-        proposed = lookahead
         matched = 0
-        while matched < proposed and done + matched < n_out and agree[done + matched]:
+        while matched < lookahead and done + matched < n_out and agree[done + matched]:
             matched += 1
         new_tokens = min(matched + 1, n_out - done)
-        result.target_passes += 1
-        result.draft_passes += proposed
-        result.drafted += proposed
-        result.chunks.append(proposed + 1)
-        result.accepted_per_pass.append(new_tokens - 1)
+        result.add_pass(lookahead, new_tokens)
         done += new_tokens
     return result
 
