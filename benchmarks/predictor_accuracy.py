@@ -37,6 +37,9 @@ same requests each; their ratio with a 95% interval paired by request and launch
 decision between two servers does. `benchmarks/repredict.py` re-predicts the recorded runs with a later predictor.
 `--exhaustive-of RAW_DIR` runs the predictive strategy only, against the exhaustive runs recorded there (an hour
 per workload saved; the report names them and both runs' baseline speeds, to show whether the machine compares).
+`--lab-pair DIR` checks draft models where a draft is good (issue 40): the target is the lab pair's
+(benchmarks/lab_pair.py, built or reused in DIR) and the space its draft over LAB_SPACE (`--lookaheads` to narrow
+it), on either engine; kept as predictor_accuracy-lab.json / predictor_accuracy-lab-vllm.json.
 Before anything is timed, one baseline server is launched and stopped (`warm_s`): vLLM's compile cache is then
 warm for every timed launch, whichever strategy comes first.
 """
