@@ -37,6 +37,9 @@ same requests each; their ratio with a 95% interval paired by request and launch
 decision between two servers does. `benchmarks/repredict.py` re-predicts the recorded runs with a later predictor.
 `--exhaustive-of RAW_DIR` runs the predictive strategy only, against the exhaustive runs recorded there (an hour
 per workload saved; the report names them and both runs' baseline speeds, to show whether the machine compares).
+`--lab-pair DIR` checks draft models where a draft is good (issue 40): the target is the lab pair's
+(benchmarks/lab_pair.py, built or reused in DIR) and the space its draft over LAB_SPACE (`--lookaheads` to narrow
+it), on either engine; kept as predictor_accuracy-lab.json / predictor_accuracy-lab-vllm.json.
 Before anything is timed, one baseline server is launched and stopped (`warm_s`): vLLM's compile cache is then
 warm for every timed launch, whichever strategy comes first.
 """
@@ -80,6 +83,10 @@ VLLM_SPACE: dict[str, Any] = {
 17 servers for the exhaustive run."""
 
 
+LAB_SPACE: dict[str, Any] = {"methods": ("draft",), "lookaheads": (2, 3, 4)}
+"""`--lab-pair`: the lab pair's draft (benchmarks/lab_pair.py) at three lookaheads, on either engine."""
+
+
 def _tokens_per_s(results: RunResults, name: str, kind: str) -> float | None:
     vr = results.variant(name)
     summary = getattr(vr, kind) if vr is not None else None
@@ -87,9 +94,15 @@ def _tokens_per_s(results: RunResults, name: str, kind: str) -> float | None:
 
 
 def _space(args: argparse.Namespace) -> dict[str, Any]:
+    if args.lab_pair is not None:
+        return LAB_SPACE | {"drafts": (str(args.lab_pair / "draft"),)} | _lookaheads(args)
     if args.engine == "vllm":
-        return VLLM_SPACE
-    return SPACE | {"exit_layers": tuple(args.exit_layers)}
+        return VLLM_SPACE | _lookaheads(args)
+    return SPACE | {"exit_layers": tuple(args.exit_layers)} | _lookaheads(args)
+
+
+def _lookaheads(args: argparse.Namespace) -> dict[str, Any]:
+    return {"lookaheads": tuple(args.lookaheads)} if args.lookaheads else {}
 
 
 def _vllm_setup(args: argparse.Namespace) -> EngineSetup:
@@ -105,7 +118,7 @@ def run_one(workload: str, strategy: str, args: argparse.Namespace, root: Path) 
         workload=workload,
         target=args.target,
         strategy=strategy,  # type: ignore[arg-type]
-        confirm=3,
+        confirm=args.confirm,
         repeats=parse_repeats(args.repeats),
         budget_minutes=10_000.0,  # the request cap below decides; both strategies then use the same requests
         max_requests=args.requests,
@@ -437,6 +450,12 @@ def summary_figures(report: dict[str, Any]) -> dict[str, Any]:
     return figures
 
 
+def _kept(args: argparse.Namespace) -> str:
+    """The kept summary's name: one per engine, and one per engine for the lab pair."""
+    lab = "-lab" if args.lab_pair is not None else ""
+    return f"predictor_accuracy{lab}{'-vllm' if args.engine == 'vllm' else ''}"
+
+
 def _workload_names(values: list[str]) -> list[str]:
     return [name.strip() for value in values for name in value.split(",") if name.strip()]
 
@@ -466,6 +485,14 @@ def main() -> int:
         help="vllm: run the predictive strategy only and compare it with the exhaustive runs recorded in this "
         "--raw-dir of an earlier report (their measurements and wall time; their predictions are theirs).",
     )  # fmt: skip
+    parser.add_argument(
+        "--lab-pair", type=Path, default=None,
+        help="check draft models where a draft is good: build (or reuse) the lab pair in this directory "
+        "(benchmarks/lab_pair.py), time its target with its draft over LAB_SPACE; kept as predictor_accuracy-lab"
+        "[-vllm].json",
+    )  # fmt: skip
+    parser.add_argument("--lookaheads", type=int, nargs="+", default=None, help="Override the space's lookaheads.")
+    parser.add_argument("--confirm", type=int, default=3, help="optimize --confirm of the predictive runs.")
     parser.add_argument("--out", type=Path, default=None, help="The report (JSON; default: OUT_DIR/STAMP.json).")
     parser.add_argument("--raw-dir", type=Path, default=None, help="Run directories (default: OUT_DIR/STAMP).")
     summary.add_output_options(parser, __file__)
@@ -473,6 +500,10 @@ def main() -> int:
     args.out = args.out or args.out_dir / f"{stamp}.json"
     args.raw_dir = args.raw_dir or args.out_dir / stamp
     parse_repeats(args.repeats)  # a bad value fails here, before anything is measured
+    if args.lab_pair is not None:
+        from benchmarks.lab_pair import build
+
+        args.target = str(build(args.lab_pair)[0])
     from transformers.utils import logging
 
     logging.set_verbosity_error()
@@ -510,11 +541,12 @@ def main() -> int:
 
     torch.set_num_threads(args.threads)
     start = time.perf_counter()
+    lab = args.lab_pair is not None  # a draft only: its costs are measured in the runs (cached after the first)
     measure_costs(
         load_model(args.target),
-        exit_layers=args.exit_layers,
+        exit_layers=[] if lab else args.exit_layers,
         threads=args.threads,
-        searches=[CandidateSearch("ngram", "prompt_lookup", max(SPACE["ngram_max"]))],
+        searches=[] if lab else [CandidateSearch("ngram", "prompt_lookup", max(SPACE["ngram_max"]))],
     )
     report["cost_model_s"] = round(time.perf_counter() - start, 1)
     for workload in _workload_names(args.workloads):
@@ -547,7 +579,7 @@ def main() -> int:
         entry["head_to_head"] = head_to_head(workload, predictive, exhaustive, args)
         _save(report, args, workload, entry)
     _save(report, args)
-    summary.write_summary(args, summary_figures(report))
+    summary.write_summary(args, summary_figures(report), kept=_kept(args))
     print("\nsummary:")
     for workload, entry in report["workloads"].items():
         taus = ", ".join(
@@ -619,7 +651,7 @@ def _main_vllm(args: argparse.Namespace, report: dict[str, Any], root: Path) -> 
             entry["head_to_head"] = serving_head_to_head(workload, predictive, exhaustive, args, log_dir)
             _save(report, args, workload, entry)
     _save(report, args)
-    summary.write_summary(args, summary_figures(report), kept="predictor_accuracy-vllm")
+    summary.write_summary(args, summary_figures(report), kept=_kept(args))
     print("\nsummary:")
     for workload, entry in report["workloads"].items():
         h2h = entry.get("head_to_head")

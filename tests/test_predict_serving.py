@@ -183,6 +183,50 @@ def test_both_adapters_agree_on_a_vllm_ngram_simulation() -> None:
     assert max(carried for carried, _ in passes) == 5  # some pass verified 4 drafts
 
 
+def test_a_draft_model_on_a_serving_engine_drafts_after_the_prefill_and_every_pass() -> None:
+    from runinfra_opt.methods.base import SimInput
+    from runinfra_opt.methods.draft import METHOD
+    from runinfra_opt.methods.variant import Variant
+
+    # agree[i]: the draft predicts output token i from the target's prefix; token 0 comes from the prefill
+    agree = [False, True, True, False, True, True, True, True, False, True]
+    variant = Variant("draft", lookahead=3, draft="d")
+    prompt, output = [1, 2, 3], list(range(10, 20))
+    sim = METHOD.simulate(variant, SimInput(prompt, output, {2}, 64, agreement=agree, serving=True))
+    assert isinstance(sim, SimResult)
+    # passes: from 1, drafts for 1-3 keep 1, 2 (3 disagrees) + 1 -> 4; from 4: 4-6 all kept + 1 -> 8;
+    # from 8: 8 disagrees -> 9; from 9: 9 kept, past the end nothing -> done
+    assert sim.chunks == [1, 4, 4, 4, 4]
+    assert sim.accepted_per_pass == [0, 2, 3, 0, 0]
+    assert passes_of(sim) == ((4, 3), (4, 4), (4, 1), (4, 1))
+    assert sim.drafted == sim.draft_passes == 12
+    # transformers' assisted generation drafts before the first target pass instead
+    assert METHOD.simulate(variant, SimInput(prompt, output, {2}, 64, agreement=agree)).chunks[0] == 4
+
+
+def test_a_draft_models_proposer_is_priced_from_its_own_table() -> None:
+    from runinfra_opt.predict.draftcost import DraftCost
+
+    target = StepCostTable(batch_sizes=(1,), tokens=(1, 4), seconds=((0.010, 0.016),), prefill=((1, 0.030),))
+    draft = DraftCost(
+        StepCostTable(
+            batch_sizes=(1, 2), tokens=(1, 4), seconds=((0.002, 0.003), (0.003, 0.005)), prefill=((1, 0.006),)
+        ),
+        lookahead=3,
+    )
+    # a decoding step of 2 sequences carrying 4 tokens each: one draft step of 2 x 4 tokens, then 2 of 2 x 1
+    assert draft.step_s(2, 8) == pytest.approx(0.005 + 2 * 0.003)
+    assert draft.step_s(1, 0, prefill_tokens=7) == pytest.approx(0.006 + 2 * 0.002)  # after a prefill
+    assert draft.step_s(0, 0) == 0.0
+    request = Request(id="s", line=1, prompt="p", max_tokens=9)
+    item = RequestPasses(request, 8, ((4, 4), (4, 4)))
+    (plain,) = predict_run(Concurrency(1), [item], target).records
+    (drafted,) = predict_run(Concurrency(1), [item], target, draft=draft).records
+    assert plain.chunk_s == pytest.approx([0.030, 0.046, 0.062])
+    # the prefill step drafts after it (6 + 2 x 2 ms), so does every decoding step (3 + 2 x 2 ms)
+    assert drafted.chunk_s == pytest.approx([0.040, 0.063, 0.086])
+
+
 def test_figures_are_the_point_values_of_level_metrics() -> None:
     table = StepCostTable(batch_sizes=(1, 4), tokens=(1,), seconds=((0.010,), (0.020,)), prefill=((1, 0.030),))
     items = [_item(i, 4 + 3 * (i % 4), 5 + i) for i in range(12)]

@@ -184,6 +184,17 @@ class StepCostMeter(Protocol):
         prefills of up to `max_prefill` prompt tokens in one step (None: the engine's full grid)."""
         ...
 
+    def draft_step_costs(
+        self, draft: str, max_batch: int | None = None, max_tokens: int | None = None, max_prefill: int | None = None
+    ) -> StepCosts:
+        """The same measurement for the draft model `draft`, on a server of the draft alone (launched for it and
+        stopped after; its launch is named `DRAFT_ALONE:<draft's short name>`)."""
+        ...
+
+
+DRAFT_ALONE = "draft-alone"
+"""The name of a server launched to measure a draft model's step costs (`StepCostMeter.draft_step_costs`)."""
+
 
 class ProfilingEngine(Engine, Profiler, CostMeter, Protocol):
     """An engine with every capability (the in-process transformers engine)."""

@@ -4,7 +4,13 @@ teacher-forced agreement (greedy) or acceptance probabilities (sampled)."""
 from __future__ import annotations
 
 from runinfra_opt.methods.base import SimInput, SpecMethod, TransformersSettings
-from runinfra_opt.methods.simulation import ExpectedSimResult, SimResult, expected_sampled, simulate_draft
+from runinfra_opt.methods.simulation import (
+    ExpectedSimResult,
+    SimResult,
+    expected_sampled,
+    simulate_draft,
+    simulate_serving_draft,
+)
 from runinfra_opt.methods.variant import Variant
 
 
@@ -19,6 +25,10 @@ class AssistedMethod(SpecMethod):
             if sim.agreement is None:
                 return None
             flags = list(sim.agreement)[:n_out]
+            if sim.serving:
+                return simulate_serving_draft(
+                    flags, variant.lookahead, prompt_len=len(sim.prompt_ids), max_length=sim.max_length
+                )
             return simulate_draft(flags, variant.lookahead, prompt_len=len(sim.prompt_ids), max_length=sim.max_length)
         if sim.acceptance is None:
             return None

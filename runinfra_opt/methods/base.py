@@ -67,6 +67,9 @@ class SimInput:
     greedy: bool = True
     agreement: Sequence[bool] | None = None
     acceptance: Sequence[float] | None = None
+    serving: bool = False
+    """Simulate a serving engine's loop (vLLM: the prefill drafts nothing, the drafter proposes after every target
+    pass) instead of transformers' assisted generation, for methods whose loop differs between the two."""
 
 
 @dataclass(frozen=True)

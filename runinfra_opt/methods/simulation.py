@@ -58,6 +58,14 @@ class SimResult:
         """Draft forwards before the target's first pass (they delay the first token)."""
         return self.first_chunk - 1 if self.draft_passes else 0
 
+    def add_pass(self, proposed: int, new_tokens: int) -> None:
+        """One target pass that verified `proposed` candidates, each a draft forward, and yielded `new_tokens`."""
+        self.target_passes += 1
+        self.draft_passes += proposed
+        self.drafted += proposed
+        self.chunks.append(proposed + 1)
+        self.accepted_per_pass.append(new_tokens - 1)
+
 
 @dataclass
 class ExpectedSimResult:
@@ -153,11 +161,33 @@ def simulate_draft(
                 if is_eos(pos):
                     break
         new_tokens = min(matched + 1, n_out - done)
-        result.target_passes += 1
-        result.draft_passes += proposed
-        result.drafted += proposed
-        result.chunks.append(proposed + 1)
-        result.accepted_per_pass.append(new_tokens - 1)
+        result.add_pass(proposed, new_tokens)
+        done += new_tokens
+    return result
+
+
+def simulate_serving_draft(agree: Sequence[bool], lookahead: int, *, max_length: int, prompt_len: int) -> SimResult:
+    """Replay a serving engine's draft-model loop (vLLM's `draft_model` proposer) over the target's greedy output.
+
+    The prefill yields the first output token and no drafts (`chunks[0]` is 1); the draft then proposes k tokens
+    after every target pass, one draft forward each (its first over the tokens the target just ran), and every
+    later target pass verifies them: it keeps the run of agreeing candidates
+    (`agree[i]`, as in `simulate_draft`) and adds one token. The engine proposes regardless of the request's own
+    token limit (`max_length`, here only checked), so the last pass may verify candidates past the output's end;
+    only those inside it are counted as accepted (the passes, and so the time, stay exact)."""
+    n_out = len(agree)
+    check_lengths(lookahead, prompt_len, n_out, max_length)
+    result = SimResult(target_passes=0, draft_passes=0, drafted=0, output_tokens=n_out)
+    if n_out == 0:
+        return result
+    result.target_passes, result.chunks, result.accepted_per_pass = 1, [1], [0]
+    done = 1
+    while done < n_out:
+        matched = 0
+        while matched < lookahead and done + matched < n_out and agree[done + matched]:
+            matched += 1
+        new_tokens = min(matched + 1, n_out - done)
+        result.add_pass(lookahead, new_tokens)
         done += new_tokens
     return result
 

@@ -100,7 +100,7 @@ def time_by_variant(state: RunState, variants: list[Variant]) -> None:
             results.add_note(f"{variant.name} failed: {reason} (log: {_log_of(engine)})", kind="left_out")
             state.save()
     state.reporter.end_phase()
-    _record_launches(state)
+    record_launches(state)
 
 
 class _BaselineFailed(Exception):
@@ -118,9 +118,7 @@ def _beside_done(state: RunState, variant: Variant) -> set[tuple[str, int]]:
     return {(r.request_id, r.repeat) for r in rows if r.trial == variant.name}
 
 
-def _left(
-    todo: list[tuple[int, Any]], done: set[tuple[str, int]], beside: set[tuple[str, int]], pairing: bool
-) -> int:
+def _left(todo: list[tuple[int, Any]], done: set[tuple[str, int]], beside: set[tuple[str, int]], pairing: bool) -> int:
     """How many timed requests `todo` still holds (the candidate's, and the baseline's beside it)."""
     if not pairing:
         return len(todo)
@@ -185,7 +183,7 @@ def _log_of(engine: Any) -> str:
     return launches[-1].log if launches else "none"
 
 
-def _record_launches(state: RunState) -> None:
+def record_launches(state: RunState) -> None:
     """The engine's server launches (variant, start-up seconds, log, error) into the results."""
     launches = getattr(state.engine, "launches", None)
     if launches:

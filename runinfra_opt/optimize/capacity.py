@@ -45,6 +45,7 @@ from runinfra_opt.results import (
 
 if TYPE_CHECKING:  # pragma: no cover
     from runinfra_opt.load import LevelRun, LoadLevel
+    from runinfra_opt.predict.draftcost import DraftCost
     from runinfra_opt.predict.overhead import SpecOverhead
     from runinfra_opt.predict.serving import Corrections, RequestPasses
     from runinfra_opt.predict.steptable import StepCostTable
@@ -124,11 +125,13 @@ def _summary(state: RunState, why: str) -> CapacitySummary:
 
 def _predicted_verdict(
     state: RunState, rate: float, passes: list[RequestPasses], table: StepCostTable,
-    corrections: Corrections | None, overhead: SpecOverhead,
+    corrections: Corrections | None, overhead: SpecOverhead, draft: DraftCost | None = None,
 ) -> bool:  # fmt: skip
     from runinfra_opt.predict.serving import Corrections, predict_run
 
-    run = predict_run(offered(state, rate), passes, table, corrections=corrections or Corrections(), overhead=overhead)
+    run = predict_run(
+        offered(state, rate), passes, table, corrections=corrections or Corrections(), overhead=overhead, draft=draft
+    )
     return judge(state, run, rate).passed
 
 
@@ -138,8 +141,10 @@ def predict(
     table: StepCostTable,
     corrections: Corrections | None,
     overheads: dict[str, SpecOverhead],
+    drafts: dict[str, DraftCost] | None = None,
 ) -> None:
-    """Every predictable variant's predicted capacity into `capacity.predicted` (when capacity may decide)."""
+    """Every predictable variant's predicted capacity into `capacity.predicted` (when capacity may decide); `drafts`:
+    the draft-model variants' proposers (`optimize.serving.draft_cost`)."""
     from runinfra_opt.predict.overhead import NONE as NO_OVERHEAD
 
     if not may_decide(state):
@@ -154,8 +159,15 @@ def predict(
         start = 1.0 / mean_e2e if mean_e2e > 0 else 1.0
         overhead = overheads.get(name, NO_OVERHEAD)
 
-        def sustained(rate: float, items: list[RequestPasses] = items, overhead: SpecOverhead = overhead) -> bool:
-            return _predicted_verdict(state, rate, items, table, corrections, overhead)
+        draft = (drafts or {}).get(name)
+
+        def sustained(
+            rate: float,
+            items: list[RequestPasses] = items,
+            overhead: SpecOverhead = overhead,
+            draft: DraftCost | None = draft,
+        ) -> bool:
+            return _predicted_verdict(state, rate, items, table, corrections, overhead, draft)
 
         vc = vr.capacity or VariantCapacity()
         floor = search_rules.floor(_baseline_e2e(state))

@@ -72,7 +72,8 @@ class Phase:
 PREDICTOR = frozenset({Capability.PROFILE, Capability.COST_TABLE})
 """The in-process predictor: profiling passes and a forward-cost table."""
 SERVING_PREDICTOR = frozenset({Capability.STEP_COSTS, Capability.SERVE_LOAD})
-"""The serving-engine predictor: a step-cost table measured on the baseline's server (n-gram needs no profile)."""
+"""The serving-engine predictor: a step-cost table measured on the baseline's server (n-gram needs no profile; a
+draft model's profile is made in-process, its step costs on a server of its own)."""
 ANY_PREDICTOR = (PREDICTOR, SERVING_PREDICTOR)
 
 
@@ -82,7 +83,7 @@ PHASES: tuple[Phase, ...] = (
     Phase("plan", plan.run, restore=plan.restore),
     Phase("baseline", baseline.run, timing="baseline"),
     Phase("check_cost", cost.check, needs=(PREDICTOR,)),
-    Phase("profile", profile.run, timing="profile", needs=(PREDICTOR,)),
+    Phase("profile", profile.run, timing="profile", needs=ANY_PREDICTOR),
     Phase("predict", predict.run, rerun=True, timing="predict", needs=ANY_PREDICTOR),
     Phase("confirm", confirm.run, timing="confirm"),
     Phase("extend", extend.run, timing="confirm"),

@@ -5,8 +5,10 @@ A serving engine pays a server launch per variant, so `optimize` predicts every 
 alone and launches only the best few. `measure` (phase `cost`) measures the step-cost table on the baseline's
 server; `predict` (phases `predict` and `repredict`) simulates every variant's passes from the baseline's greedy
 output and serves them through the scheduler model, at batch 1 and at every `--load` level, calibrated on the
-baseline's measured runs after confirmation. Variants whose drafter needs a profile the engine cannot make are
-timed instead, with a note. The decision uses measured figures only.
+baseline's measured runs after confirmation. A draft model's variants are predicted too once `profile` (phase
+`profile`) has its teacher-forced agreement with the baseline server's outputs, computed in-process, and its own
+step-cost table, measured on a server of the draft alone; variants of other drafters (heads) are timed instead, with
+a note. The decision uses measured figures only.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from runinfra_opt.stats import summarize_with_intervals
 if TYPE_CHECKING:  # pragma: no cover
     from runinfra_opt.load import LevelRun
     from runinfra_opt.predict.calibrate import Calibration
+    from runinfra_opt.predict.draftcost import DraftCost
     from runinfra_opt.predict.overhead import SpecOverhead
     from runinfra_opt.predict.serving import RequestPasses
     from runinfra_opt.predict.steptable import StepCostTable
@@ -42,22 +45,17 @@ def measure(state: RunState) -> None:
     metrics), nothing is predicted and every variant is timed, with the reason in `phases_skipped` and the notes;
     a server that died shows again in the baseline phase."""
     from runinfra_opt.errors import EngineError
-    from runinfra_opt.load import Concurrency
-    from runinfra_opt.optimize import underload
 
     assert state.engine is not None
     engine = cast(StepCostMeter, state.engine)
-    levels = underload.levels_of(state)
-    closed = all(isinstance(level, Concurrency) for level in levels)  # an open loop's in-flight count is unbounded
-    max_batch = max([1] + [level.concurrency for level in levels if isinstance(level, Concurrency)]) if closed else None
-    max_tokens = 1 + max([v.lookahead for v in state.space if predictable(v)] + [0])
-    max_prefill = most_prefill_tokens(state, max_batch)
+    max_batch, max_prefill = _limits(state)
+    max_tokens = 1 + max([v.lookahead for v in state.space if predictable(v, _draft_models(state))] + [0])
     state.reporter.phase("cost", None, "measuring step costs on the baseline's server")
     try:
         measurement = engine.step_costs(max_batch, max_tokens, max_prefill)
     except EngineError as exc:
         reason = f"the step costs could not be measured on the baseline's server: {str(exc).splitlines()[0]}"
-        for phase in ("cost", "predict", "repredict"):
+        for phase in ("cost", "profile", "predict", "repredict"):
             state.results.phases_skipped[phase] = reason
         state.results.add_note(f"{reason}; every variant is timed", kind="left_out")
         return
@@ -65,6 +63,100 @@ def measure(state: RunState) -> None:
         state.reporter.end_phase()
     state.results.cost_model = {STEP_COSTS_KEY: measurement.to_dict(), "kind": "serving step costs"}
     state.save()
+
+
+DRAFT_STEP_COSTS_KEY = "draft_step_costs"
+"""`results.cost_model[...][drafter role]`: a draft model's step-cost measurement, on a server of its own."""
+
+
+def _limits(state: RunState) -> tuple[int | None, int]:
+    """The largest batch a step of this run can hold (None: an open loop's in-flight count is unbounded) and the most
+    prompt tokens one step can prefill."""
+    from runinfra_opt.load import Concurrency
+    from runinfra_opt.optimize import underload
+
+    levels = underload.levels_of(state)
+    closed = all(isinstance(level, Concurrency) for level in levels)
+    max_batch = max([1] + [level.concurrency for level in levels if isinstance(level, Concurrency)]) if closed else None
+    return max_batch, most_prefill_tokens(state, max_batch)
+
+
+def _draft_models(state: RunState) -> dict[str, list[Variant]]:
+    """The space's variants drafted by a separate draft model, by the drafter's role."""
+    from runinfra_opt.methods import get_method
+
+    out: dict[str, list[Variant]] = {}
+    for variant in state.space:
+        drafter = get_method(variant.method).drafter(variant)
+        if drafter is not None and drafter.model is not None:
+            out.setdefault(drafter.role, []).append(variant)
+    return out
+
+
+def profiled(state: RunState) -> set[str]:
+    """The drafter roles the serving predictor can price: agreement flags and a step-cost table both recorded."""
+    tables = state.results.cost_model.get(DRAFT_STEP_COSTS_KEY, {})
+    agreement = state.results.profile.get("agreement", {})
+    return {role for role in tables if role in agreement}
+
+
+def profile(state: RunState) -> None:
+    """Phase `profile` on a serving engine, for each draft model of the space (saved as each finishes; a resume does
+    the rest):
+
+    - its **agreement** with the target: one teacher-forced forward of the draft, in-process (transformers,
+      float32), over each greedy request's prompt and the baseline server's output ids (`engine.hf.profile`). The
+      server computes in its own dtype (bfloat16 on a CPU): where the draft's top two tokens are nearly tied the
+      server's draft may pick the other one, so an agreement flag can differ from the server's at such positions
+      (the simulated acceptance, not the greedy output, which stays the target's);
+    - its **cost**: the step-cost table of the draft alone, measured as the target's is, on a server of its own
+      launched beside the baseline's (`StepCostMeter.draft_step_costs`; one launch per draft, counted among the
+      run's servers).
+
+    A draft whose table cannot be measured is left to be timed, with a note."""
+    from runinfra_opt.engine.hf.profile import teacher_forced_agreement
+    from runinfra_opt.errors import EngineError
+    from runinfra_opt.models import load_model
+    from runinfra_opt.optimize.byvariant import record_launches
+    from runinfra_opt.optimize.state import agreement_bits
+
+    drafts = _draft_models(state)
+    if not drafts or STEP_COSTS_KEY not in state.results.cost_model:
+        return
+    assert state.engine is not None
+    engine = cast(StepCostMeter, state.engine)
+    results = state.results
+    agreement: dict[str, dict[str, str]] = results.profile.setdefault("agreement", {})
+    tables: dict[str, Any] = results.cost_model.setdefault(DRAFT_STEP_COSTS_KEY, {})
+    base = state.baseline_records()
+    greedy = [r for r in state.requests if r.greedy and r.id in base]
+    seqs = [(state.engine.prompts.prompt_ids(r), list(base[r.id].output_ids or [])) for r in greedy]
+    max_batch, max_prefill = _limits(state)
+    state.reporter.phase("profile", 2 * len(drafts), "profiling the draft models")
+    for role, variants in drafts.items():
+        spec = variants[0].draft
+        assert spec is not None
+        if role not in agreement and seqs:
+            model = load_model(spec, device="cpu", dtype="float32")
+            flags = teacher_forced_agreement(model, seqs)
+            agreement[role] = {r.id: agreement_bits(f) for r, f in zip(greedy, flags, strict=True)}
+            del model
+            state.save()
+        state.reporter.advance(f"{role}: agreement")
+        if role not in tables:
+            max_tokens = 1 + max(v.lookahead for v in variants)
+            try:
+                tables[role] = engine.draft_step_costs(spec, max_batch, max_tokens, max_prefill).to_dict()
+            except EngineError as exc:
+                results.add_note(
+                    f"the step costs of {role} could not be measured on a server of its own: "
+                    f"{str(exc).splitlines()[0]}; its variants are timed",
+                    kind="left_out",
+                )
+            record_launches(state)
+            state.save()
+        state.reporter.advance(f"{role}: step costs")
+    state.reporter.end_phase()
 
 
 def most_prefill_tokens(state: RunState, max_batch: int | None) -> int:
@@ -94,7 +186,7 @@ def _passes(state: RunState, variant: Variant) -> list[RequestPasses]:
     assert state.engine is not None
     out = []
     for request in state.requests:
-        sim = simulate(state, variant, request)
+        sim = simulate(state, variant, request, serving=True)
         if not isinstance(sim, SimResult) or not sim.output_tokens:
             continue  # no baseline output for it, or an expected (sampled) simulation: no passes to serve
         prompt_tokens = len(state.engine.prompts.prompt_ids(request))
@@ -155,7 +247,9 @@ def predict(state: RunState, *, after_confirm: bool = False, interim: bool = Fal
     if STEP_COSTS_KEY not in results.cost_model:
         return
     table = step_table(state)
-    variants = [v for v in state.space if predictable(v)]
+    ready = profiled(state)
+    variants = [v for v in state.space if predictable(v, ready)]
+    drafts = {v.name: draft for v in variants if (draft := draft_cost(state, v)) is not None}
     passes = {v.name: _passes(state, v) for v in variants}
     base_passes = passes.get(BASELINE.name, [])
     if not base_passes:
@@ -178,19 +272,23 @@ def predict(state: RunState, *, after_confirm: bool = False, interim: bool = Fal
     for level in levels:
         measured = level_runs.get(level.name)
         level_calibrations[level.name] = _calibrate_level(level, base_passes, table, measured)
-    overheads = _spec_overheads(state, table, passes, calibration, variants, interim) if after_confirm else {}
-    level_overheads = _level_spec_overheads(state, table, passes, level_calibrations, variants, overheads)
+    overheads = _spec_overheads(state, table, passes, calibration, variants, drafts, interim) if after_confirm else {}
+    level_overheads = _level_spec_overheads(state, table, passes, level_calibrations, variants, overheads, drafts)
     predicted_rows: dict[str, list[RequestRecord]] = {}
     level_tps: dict[str, dict[str, float | None]] = {}
     for variant in variants:
-        overhead = overheads.get(variant.name, NO_OVERHEAD)
-        batch1 = predict_level(Concurrency(1), passes[variant.name], table, calibration=calibration, overhead=overhead)
+        overhead, draft = overheads.get(variant.name, NO_OVERHEAD), drafts.get(variant.name)
+        batch1 = predict_level(
+            Concurrency(1), passes[variant.name], table, calibration=calibration, overhead=overhead, draft=draft
+        )
         predicted_rows[variant.name] = _predicted_records(state, variant, batch1.calibrated or batch1.raw)
         out = []
         for level in levels:
             cal = level_calibrations[level.name]
             at_level = level_overheads.get(level.name, {}).get(variant.name, overhead)
-            prediction = predict_level(level, passes[variant.name], table, calibration=cal, overhead=at_level)
+            prediction = predict_level(
+                level, passes[variant.name], table, calibration=cal, overhead=at_level, draft=draft
+            )
             run = prediction.calibrated or prediction.raw
             metrics = level_metrics([run])
             out.append(PredictedLevel(level=level.name, metrics=metrics, calibrated=prediction.calibrated is not None))
@@ -208,13 +306,27 @@ def predict(state: RunState, *, after_confirm: bool = False, interim: bool = Fal
     from runinfra_opt.optimize import capacity
 
     corrections = calibration.corrections if calibration is not None else None
-    capacity.predict(state, passes, table, corrections, overheads)
-    left = [v.name for v in state.space if not predictable(v)]
+    capacity.predict(state, passes, table, corrections, overheads, drafts)
+    left = [v.name for v in state.space if not predictable(v, ready)]
     if left:
         results.add_note(
-            f"the serving predictor cannot simulate {', '.join(left)} without a drafter profile (the vllm engine "
-            "has none): timed instead"
+            f"the serving predictor cannot simulate {', '.join(left)} without a drafter profile and step costs "
+            "(made for draft models only): timed instead"
         )
+
+
+def draft_cost(state: RunState, variant: Variant) -> DraftCost | None:
+    """What `variant`'s draft model adds to a step (`predict.draftcost`), from its recorded step-cost table (made
+    non-decreasing as the target's); None for a variant without a draft model or before the table is measured."""
+    from runinfra_opt.methods import get_method
+    from runinfra_opt.predict.draftcost import DraftCost
+    from runinfra_opt.predict.steptable import StepCostTable
+
+    drafter = get_method(variant.method).drafter(variant)
+    measured = state.results.cost_model.get(DRAFT_STEP_COSTS_KEY, {}).get(drafter.role) if drafter else None
+    if measured is None:
+        return None
+    return DraftCost(StepCostTable.from_dict(measured["table"]).monotone(), variant.lookahead)
 
 
 SPEC_OVERHEAD_KEY = "spec_overhead"
@@ -227,6 +339,7 @@ def _spec_overheads(
     passes: dict[str, list[RequestPasses]],
     calibration: Calibration | None,
     variants: list[Variant],
+    drafts: dict[str, DraftCost],
     interim: bool = False,
 ) -> dict[str, SpecOverhead]:
     """The speculative step terms per variant (`runinfra_opt.predict.overhead`): for a timed variant, fitted on the
@@ -245,7 +358,9 @@ def _spec_overheads(
         e2e: dict[str, list[float]] = {}
         for record in measured:
             e2e.setdefault(record.request_id, []).append(record.e2e_s)
-        prediction = predict_level(Concurrency(1), passes[variant.name], table, calibration=calibration)
+        prediction = predict_level(
+            Concurrency(1), passes[variant.name], table, calibration=calibration, draft=drafts.get(variant.name)
+        )
         predicted = {r.request_id: r.e2e_s for r in (prediction.calibrated or prediction.raw).records}
         items = {item.request.id: item for item in passes[variant.name]}
         for request_id, seconds in median_by_request(e2e).items():
@@ -282,6 +397,7 @@ def _level_spec_overheads(
     calibrations: dict[str, Calibration | None],
     variants: list[Variant],
     batch1: dict[str, SpecOverhead],
+    drafts: dict[str, DraftCost],
 ) -> dict[str, dict[str, SpecOverhead]]:
     """The speculative step terms per load level and variant: the per-sequence term stays the batch-1 one, the
     per-drafted-token term is fitted again on the timed variants' measured decoding steps at that level
@@ -301,7 +417,8 @@ def _level_spec_overheads(
         for name, runs in timed.items():
             if level in runs:
                 by_id = {item.request.id: item.passes for item in passes[name]}
-                samples += level_samples(name, runs[level], by_id, table, calibration.corrections.step_s)
+                step_s = calibration.corrections.step_s
+                samples += level_samples(name, runs[level], by_id, table, step_s, drafts.get(name))
         fitted = {name: fit_drafted([s for s in samples if s.variant != name], t.step_s) for name, t in batch1.items()}
         out[level] = {name: t for name, t in fitted.items() if t.fitted_on}
         if out[level]:

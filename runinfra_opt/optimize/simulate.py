@@ -14,10 +14,11 @@ if TYPE_CHECKING:  # pragma: no cover
 
 
 def simulate(
-    state: RunState, variant: Variant, request: Request, *, max_tokens: int | None = None
+    state: RunState, variant: Variant, request: Request, *, max_tokens: int | None = None, serving: bool = False
 ) -> SimResult | ExpectedSimResult | None:
     """Simulated passes of `request` under `variant` from the profiling pass; `max_tokens` simulates a run
-    capped shorter than the baseline's (its greedy output is the baseline's, cut)."""
+    capped shorter than the baseline's (its greedy output is the baseline's, cut); `serving`: the serving engine's
+    loop (`SimInput.serving`)."""
     from runinfra_opt.methods import get_method
     from runinfra_opt.methods.base import SimInput
 
@@ -45,5 +46,6 @@ def simulate(
         greedy=request.greedy,
         agreement=agreement,
         acceptance=acceptance,
+        serving=serving,
     )
     return method.simulate(variant, sim)

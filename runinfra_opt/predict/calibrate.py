@@ -21,6 +21,7 @@ from typing import Any
 from runinfra_opt.load.metrics import WARMUP_FRACTION
 from runinfra_opt.load.runner import LevelRun, LoadRecord
 from runinfra_opt.load.spec import Concurrency, LoadLevel
+from runinfra_opt.predict.draftcost import DraftCost
 from runinfra_opt.predict.figures import Figures, decode_steps, figures
 from runinfra_opt.predict.overhead import NONE as NO_OVERHEAD
 from runinfra_opt.predict.overhead import SpecOverhead
@@ -155,16 +156,17 @@ def predict_level(
     calibration: Calibration | None = None,
     limits: SchedulerLimits = VLLM_CPU_SERVER,
     overhead: SpecOverhead = NO_OVERHEAD,
+    draft: DraftCost | None = None,
 ) -> Prediction:
     """The raw prediction of `requests` under `level` and, with the baseline's `calibration` at that level,
-    the calibrated one (both are `LevelRun`s for `level_metrics`); `overhead` is added to both."""
-    raw = predict_run(level, requests, table, limits=limits, overhead=overhead)
+    the calibrated one (both are `LevelRun`s for `level_metrics`); `overhead` and `draft` are added to both."""
+    raw = predict_run(level, requests, table, limits=limits, overhead=overhead, draft=draft)
     if calibration is None:
         return Prediction(level, raw)
     if calibration.level != level:
         raise ValueError(f"a calibration at {calibration.level.name} cannot correct a prediction at {level.name}")
     calibrated = predict_run(
-        level, requests, table, limits=limits, corrections=calibration.corrections, overhead=overhead
+        level, requests, table, limits=limits, corrections=calibration.corrections, overhead=overhead, draft=draft
     )
     return Prediction(level, raw, calibrated, calibration.corrections, list(calibration.notes))
 
@@ -183,10 +185,19 @@ def batch1_run(records: list[RequestRecord], by_id: dict[str, Any]) -> LevelRun:
         request = by_id.get(record.request_id)
         out.append(
             LoadRecord(
-                index=index, request_id=record.request_id, category=request.category if request else "",
-                planned_s=at, sent_s=at, done_s=at + record.e2e_s, success=True, ttft_s=record.ttft_s,
-                e2e_s=record.e2e_s, output_tokens=n, prompt_tokens=record.prompt_tokens,
-                chunk_s=array("d", times), chunk_tokens=array("q", [1] * len(times)),
+                index=index,
+                request_id=record.request_id,
+                category=request.category if request else "",
+                planned_s=at,
+                sent_s=at,
+                done_s=at + record.e2e_s,
+                success=True,
+                ttft_s=record.ttft_s,
+                e2e_s=record.e2e_s,
+                output_tokens=n,
+                prompt_tokens=record.prompt_tokens,
+                chunk_s=array("d", times),
+                chunk_tokens=array("q", [1] * len(times)),
             )  # fmt: skip
         )
         at += record.e2e_s

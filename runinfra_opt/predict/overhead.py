@@ -26,6 +26,7 @@ from runinfra_opt.predict.figures import speculative_steps
 
 if TYPE_CHECKING:  # pragma: no cover
     from runinfra_opt.load.runner import LevelRun
+    from runinfra_opt.predict.draftcost import DraftCost
     from runinfra_opt.predict.steptable import StepCostTable
 
 
@@ -130,16 +131,20 @@ def level_samples(
     passes: Mapping[str, Sequence[tuple[int, int]]],
     table: StepCostTable,
     step_s: float,
+    draft: DraftCost | None = None,
 ) -> list[Sample]:
     """What a timed speculative variant's steps cost under load beyond the table and the level's step correction
     (`step_s`, read off the baseline's decoding steps at the same level): one sample per batch size its measured
     run(s) show in at least `MIN_LEVEL_STEPS` decoding steps (`figures.speculative_steps`), the median of
     (measured - `table.step_s(B, carried / B)` - `step_s`) against B sequences and the median tokens drafted.
     Medians, not every step: a step's gap also holds whatever else the machine did then (and the median of a
-    linear function of the drafted tokens is that function of their median, so the pair lines up)."""
+    linear function of the drafted tokens is that function of their median, so the pair lines up). A draft-model
+    variant's steps also leave out its `draft` proposer's price."""
     by_batch: dict[int, list[tuple[float, float]]] = {}
     for sequences, carried, seconds in speculative_steps(runs, passes):
         residual = seconds - table.step_s(sequences, carried / sequences) - step_s
+        if draft is not None:
+            residual -= draft.step_s(sequences, carried)
         by_batch.setdefault(sequences, []).append((residual, carried - sequences))
     return [
         Sample(variant, statistics.median(r for r, _ in rows), sequences, statistics.median(d for _, d in rows))

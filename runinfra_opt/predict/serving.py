@@ -8,6 +8,8 @@ each step is priced from the measured `StepCostTable` (its decoding part at the 
 its prefill part as one prompt) plus the calibrated `Corrections` and a speculating server's `SpecOverhead`. The
 result is a `LevelRun` of synthetic records, which `level_metrics` measures as it measures a real run.
 
+A draft model's proposer (`DraftCost`) is priced from the draft's own table.
+
 Left out: KV-cache capacity and preemption, prefix caching, async scheduling (off on CPU). The scheduler rules
 and the step-time equation are in docs/how-it-works.md.
 """
@@ -16,7 +18,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from collections.abc import Iterator, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from dataclasses import dataclass
 
 from runinfra_opt.load.runner import LevelRun, LoadRecord
@@ -24,6 +26,7 @@ from runinfra_opt.load.schedule import Planned, plan
 from runinfra_opt.load.spec import Concurrency, LoadLevel
 from runinfra_opt.methods import BASELINE, Variant, get_method
 from runinfra_opt.methods.simulation import SimResult
+from runinfra_opt.predict.draftcost import DraftCost
 from runinfra_opt.predict.overhead import NONE as NO_OVERHEAD
 from runinfra_opt.predict.overhead import SpecOverhead
 from runinfra_opt.predict.steptable import StepCostTable
@@ -135,9 +138,11 @@ def predict_run(
     limits: SchedulerLimits = VLLM_CPU_SERVER,
     corrections: Corrections = Corrections(),
     overhead: SpecOverhead = NO_OVERHEAD,
+    draft: DraftCost | None = None,
 ) -> LevelRun:
     """The run of `requests` under `level` as the modelled scheduler serves it (see the module's docstring);
-    `overhead`: what a speculative server adds to every step (`runinfra_opt.predict.overhead`)."""
+    `overhead`: what a speculative server adds to every step (`runinfra_opt.predict.overhead`); `draft`: the draft
+    model's proposer, for a draft-model variant (`runinfra_opt.predict.draftcost`)."""
     if corrections.request_s < 0:
         raise ValueError("a request's overhead cannot be negative (it would reach the engine before its send)")
     by_request: dict[int, deque[RequestPasses]] = {}
@@ -224,6 +229,8 @@ def predict_run(
             prefill = table.prefill_s(prefill_tokens)
             seconds = seconds + max(prefill - one_token_step, 0.0) if decoding else prefill
         seconds += overhead.step_extra_s(carried - len(decoding), len(decoding) + len(prefilled))
+        if draft is not None:
+            seconds += draft.step_s(len(decoding) + len(prefilled), carried, prefill_tokens)
         now += max(seconds + corrections.step_s, 0.0)
         finished: list[_Sequence] = []
         for sequence in decoding:
@@ -270,7 +277,11 @@ def _emit(sequence: _Sequence, at_s: float, tokens: int) -> None:
     record.output_tokens += tokens
 
 
-def predictable(variant: Variant) -> bool:
-    """Whether the serving predictor can simulate `variant` without a profile (its proposals come from the
-    output itself: the baseline and vLLM's n-gram proposer)."""
-    return variant == BASELINE or get_method(variant.method).drafter(variant) is None
+def predictable(variant: Variant, profiled: Collection[str] = ()) -> bool:
+    """Whether the serving predictor can simulate `variant`: without a profile when its proposals come from the
+    output itself (the baseline, vLLM's n-gram proposer); a draft model's variants once the draft's role is
+    `profiled` (its agreement and its step-cost table)."""
+    if variant == BASELINE:
+        return True
+    drafter = get_method(variant.method).drafter(variant)
+    return drafter is None or (drafter.model is not None and drafter.role in profiled)

@@ -5,6 +5,7 @@ has nothing to say on a point)."""
 
 from __future__ import annotations
 
+from runinfra_opt.engine.protocol import DRAFT_ALONE
 from runinfra_opt.methods import get_method, method_names
 from runinfra_opt.report import view
 from runinfra_opt.results import RunResults
@@ -81,11 +82,14 @@ def launches_line(results: RunResults) -> str | None:
         return None
     names = [str(launch.get("variant", "")) for launch in launches]
     schedules = sum(1 for name in names if "-sched_" in name)
-    candidates = sum(1 for name in names if name != "baseline") - schedules
+    drafts = sum(1 for name in names if name.startswith(f"{DRAFT_ALONE}:"))
+    candidates = sum(1 for name in names if name != "baseline") - schedules - drafts
     predicted = sum(1 for v in results.variants if v.predicted is not None and v.name != "baseline")
     parts = [f"{names.count('baseline')} baseline", f"{candidates} candidate(s)"]
     if schedules:
         parts.append(f"{schedules} k schedule")
+    if drafts:
+        parts.append(f"{drafts} draft alone")
     of = f"; {predicted} speculative variant(s) predicted from the baseline's server" if predicted else ""
     plan = results.plan
     if plan is not None and plan.confirm_slots is not None and plan.confirm_stopped:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import dataclasses
 import itertools
 import secrets
 from collections.abc import Callable, Sequence
@@ -21,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from runinfra_opt.engine.prompts import PromptTokenizer
-from runinfra_opt.engine.protocol import Capability, LoadMeasurement, cpu_model_name
+from runinfra_opt.engine.protocol import DRAFT_ALONE, Capability, LoadMeasurement, cpu_model_name
 from runinfra_opt.engine.vllm import metrics
 from runinfra_opt.engine.vllm.args import DEFAULT_MAX_MODEL_LEN, ServerConfig, ServeSettings
 from runinfra_opt.engine.vllm.client import CompletionRequest, OpenAIClient, RequestResult
@@ -32,7 +33,7 @@ from runinfra_opt.engine.vllm.stepcost import StepCostGrid, StepCostMeasurement,
 from runinfra_opt.errors import EngineError, UserInputError
 from runinfra_opt.load import LoadLevel, LoadRecord, plan, run_level
 from runinfra_opt.load.runner import RecordSink, StreamedResult
-from runinfra_opt.methods import BASELINE, Variant, get_method
+from runinfra_opt.methods import BASELINE, Variant, draft_short_name, get_method
 from runinfra_opt.methods.registry import draft_owner
 from runinfra_opt.records import RequestRecord
 from runinfra_opt.workload.model import Request
@@ -311,6 +312,23 @@ class VllmEngine:
         grid = (grid or StepCostGrid()).covering(max_batch, max_tokens, max_prefill)
         measure = measure_async(live.client, grid, vocab_size=vocab, max_model_len=context)
         return self._loop.run_until_complete(measure)
+
+    def draft_step_costs(
+        self, draft: str, max_batch: int | None = None, max_tokens: int | None = None, max_prefill: int | None = None,
+        *, grid: StepCostGrid | None = None,
+    ) -> StepCostMeasurement:  # fmt: skip
+        """The step-cost table of the draft model `draft` (a loaded draft's spec), measured as the target's is, on a
+        server of the draft alone (served with the run's settings, no speculation), launched beside the running
+        servers and stopped after; counted in `launches` as `draft-alone:<draft>`."""
+        if draft not in self.drafts:
+            raise UserInputError(f"draft {draft!r} is not loaded (loaded: {', '.join(self.drafts) or 'none'})")
+        config = dataclasses.replace(self.server_config(BASELINE), model=self.drafts[draft][0])
+        vocab, context = len(self.prompts.tokenizer), self.max_model_len
+        grid = (grid or StepCostGrid()).covering(max_batch, max_tokens, max_prefill)
+        with self._pool.beside(f"{DRAFT_ALONE}:{draft_short_name(draft)}", config) as live:
+            return self._loop.run_until_complete(
+                measure_async(live.client, grid, vocab_size=vocab, max_model_len=context)
+            )
 
     def _scrape(self, server: VllmServer, variant: Variant) -> metrics.EngineCounters:
         """The server's counters; a server that stopped answering is reported as dead (quoting its log)."""

@@ -6,7 +6,9 @@ launched again."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -94,6 +96,16 @@ class ServerPool:
         else:
             self.live = live
         return live
+
+    @contextlib.contextmanager
+    def beside(self, name: str, config: ServerConfig) -> Iterator[Live]:
+        """A server of its own beside the running ones (neither `live` nor `kept`), stopped on leaving: a measurement
+        of another model (a draft's step costs) without stopping the baseline's server. Counted in `launches`."""
+        live = self._launch(name, config)
+        try:
+            yield live
+        finally:
+            self._stop(live)
 
     def _launch(self, name: str, config: ServerConfig) -> Live:
         server = VllmServer(

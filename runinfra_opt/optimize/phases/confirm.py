@@ -43,9 +43,7 @@ def rank_predicted(results: RunResults, config: OptimizeConfig) -> list[VariantR
     return sorted(ranked, key=key)
 
 
-def _level_leaders(
-    results: RunResults, config: OptimizeConfig, timed: Collection[str] = ()
-) -> list[VariantResult]:
+def _level_leaders(results: RunResults, config: OptimizeConfig, timed: Collection[str] = ()) -> list[VariantResult]:
     """The serving predictor's best speculative variant at each load level (highest predicted output tokens/s;
     for `--priority ttft` the lowest predicted TTFT at the percentile), in level order, among those not `timed`:
     the candidates that could win a level are measured before the batch-1 ranking fills the remaining slots."""
@@ -121,7 +119,8 @@ def _confirm_sequentially(state: RunState, variants: list[Variant]) -> list[Vari
     while True:
         time_by_variant(state, variants)
         summarize_measured(state, variants)
-        if sum(1 for v in variants if v.is_speculative and predictable(v)) >= plan.confirm_slots:
+        ready = serving.profiled(state)
+        if sum(1 for v in variants if v.is_speculative and predictable(v, ready)) >= plan.confirm_slots:
             return variants
         serving.predict(state, after_confirm=True, interim=True)
         candidate, behind = None, []

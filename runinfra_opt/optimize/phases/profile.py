@@ -6,7 +6,8 @@ loop's cost per round and per drafted token, in both strategies, so that an exha
 `--strategy predictive` ships. Each piece is saved as it finishes; a resume does only the rest.
 
 Reads `state.requests`, `state.engine` (its `PROFILE` capability), `state.space` and the baseline pass; fills
-`results.profile` (`agreement`, `acceptance`, `calibration`)."""
+`results.profile` (`agreement`, `acceptance`, `calibration`). On a serving engine (`STEP_COSTS`) it profiles the
+draft models instead (`optimize.serving.profile`)."""
 
 from __future__ import annotations
 
@@ -38,7 +39,14 @@ def _sequences(state: RunState, requests: Sequence[Request]) -> list[tuple[list[
 
 
 def run(state: RunState) -> None:
-    from runinfra_opt.engine.protocol import drafters_of
+    from runinfra_opt.engine.protocol import Capability, drafters_of
+
+    assert state.engine is not None
+    if Capability.STEP_COSTS in state.engine.capabilities:
+        from runinfra_opt.optimize import serving
+
+        serving.profile(state)
+        return
 
     results = state.results
     engine = state.profiling_engine()
