@@ -269,6 +269,10 @@ class VllmEngine:
                 async with client:
 
                     async def send(request: Request) -> RequestResult:
+                        if request.history_included:  # its prompt holds the answers this server gave
+                            return await client.complete(
+                                self._completion(request, max_tokens, top_logprobs=0, cache_salt=salt)
+                            )
                         return await client.complete(completions[request.id])
 
                     return await run_level(
