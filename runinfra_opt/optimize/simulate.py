@@ -37,7 +37,10 @@ def simulate(
         bits = state.results.profile.get("agreement", {}).get(drafter.role, {}).get(request.id)
         agreement = agreement_flags(bits) if bits is not None else None
         acceptance = state.results.profile.get("acceptance", {}).get(drafter.role, {}).get(request.id)
+    earlier = _earlier(state, request, cap) if method.drafts_from_traffic else ()
     sim = SimInput(
+        engine=state.engine.name,
+        earlier=earlier,
         prompt_ids=prompt,
         output_ids=output,
         eos_token_ids=prompts.eos_token_ids,
@@ -47,3 +50,26 @@ def simulate(
         acceptance=acceptance,
     )
     return method.simulate(variant, sim)
+
+
+def _earlier(state: RunState, request: Request, cap: int) -> list[tuple[list[int], list[int]]]:
+    """What the variant's server answered before `request` in a batch-1 pass: its warm-ups (the first request,
+    `WARMUP_TOKENS` tokens, `engine.traffic_warmups` times), then the pass's earlier requests (baseline outputs,
+    capped like this one's)."""
+    from runinfra_opt.optimize.state import WARMUP_TOKENS
+
+    assert state.engine is not None
+    prompts, base = state.engine.prompts, state.baseline_records()
+    earlier: list[tuple[list[int], list[int]]] = []
+    if state.requests:
+        first = state.requests[0]
+        output = list(base[first.id].output_ids or []) if first.id in base else []
+        warm = (prompts.prompt_ids(first), output[:WARMUP_TOKENS])
+        earlier += [warm] * int(getattr(state.engine, "traffic_warmups", 0))
+    for other in state.requests:
+        if other.id == request.id:
+            break
+        record = base.get(other.id)
+        if record is not None:
+            earlier.append((prompts.prompt_ids(other), list(record.output_ids or [])[:cap]))
+    return earlier
