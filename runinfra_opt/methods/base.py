@@ -278,6 +278,11 @@ def assistant_config(variant: Variant) -> dict[str, Any]:
     }
 
 
+def transformers_note(note: str) -> dict[str, Any]:
+    """The manifest's transformers block for a method served on another engine: plain greedy, and why."""
+    return {"generateKwargs": {"do_sample": False}, "assistantGenerationConfig": None, "appliesTo": None, "note": note}
+
+
 def unsupported_vllm(note: str) -> dict[str, Any]:
     return {"supported": False, "speculativeConfig": None, "args": [], "note": note}
 

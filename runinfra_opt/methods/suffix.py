@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import re
 from collections.abc import Collection, Sequence
-from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from runinfra_opt.errors import UserInputError
@@ -22,9 +21,10 @@ from runinfra_opt.methods.base import (
     SpecMethod,
     TransformersSettings,
     require_lookahead,
+    transformers_note,
     vllm_speculative,
 )
-from runinfra_opt.methods.simulation import SimResult
+from runinfra_opt.methods.simulation import ProposerRun, SimResult
 from runinfra_opt.methods.variant import Variant
 
 DEPTH = 24
@@ -51,21 +51,6 @@ def suffix_cache_class() -> Any:
     except ImportError:
         raise UserInputError(PACKAGE_MISSING) from None
     return SuffixDecodingCache
-
-
-@dataclass
-class SuffixSimulation:
-    """What vLLM would count for one greedy request with suffix decoding at batch 1."""
-
-    target_passes: int = 0
-    drafts: int = 0
-    """Passes that verified a non-empty proposal (`vllm:spec_decode_num_drafts_total`)."""
-    draft_tokens: int = 0
-    accepted_tokens: int = 0
-    proposed_per_pass: list[int] = field(default_factory=list)
-    accepted_per_pass: list[int] = field(default_factory=list)
-    last_pass_lower_bound: bool = False
-    """True when the last pass's proposal ran past the known output: its acceptance may be higher."""
 
 
 class SuffixServer:
@@ -106,13 +91,13 @@ class SuffixServer:
     def serve(
         self, prompt_ids: Sequence[int], output_ids: Sequence[int], *, drafts_first: bool = False,
         eos: Collection[int] = (),
-    ) -> SuffixSimulation:  # fmt: skip
+    ) -> ProposerRun:  # fmt: skip
         """Replay one request. vLLM (default): the prefill yields the first token, every step adds the tokens it
         produced and proposes from the context, the next step verifies; the last step's tokens are added too,
         its proposal never verified. transformers (`drafts_first`): candidates are drafted before every target
         pass, the prefill's included, cut before an EOS and at `max_model_len` - 1 (there: the request's
         `max_length`)."""
-        sim = SuffixSimulation()
+        sim = ProposerRun()
         req_id = self.start(prompt_ids)
         produced = len(output_ids)
         context = [int(t) for t in prompt_ids]
@@ -130,22 +115,7 @@ class SuffixServer:
                 proposal = self.propose(req_id, context, self.max_model_len - len(context) - 1, eos)
             if done >= produced:
                 return sim
-            accepted = 0
-            while (
-                accepted < len(proposal)
-                and done + accepted < produced
-                and proposal[accepted] == output_ids[done + accepted]
-            ):
-                accepted += 1
-            if done + accepted >= produced and accepted < len(proposal):
-                sim.last_pass_lower_bound = True
-            sim.target_passes += 1
-            sim.proposed_per_pass.append(len(proposal))
-            sim.accepted_per_pass.append(accepted)
-            if proposal:
-                sim.drafts += 1
-                sim.draft_tokens += len(proposal)
-                sim.accepted_tokens += accepted
+            accepted = sim.verify(proposal, output_ids, done)
             step = [int(t) for t in output_ids[done : min(done + accepted + 1, produced)]]
         return sim
 
@@ -307,15 +277,10 @@ class Suffix(SpecMethod):
         return SuffixServer(k=variant.lookahead, depth=depth, factor=factor, min_prob=prob, max_model_len=max_length)
 
     def serving_transformers(self, variant: Variant, draft_path: str | None) -> dict[str, Any]:
-        return {
-            "generateKwargs": {"do_sample": False},
-            "assistantGenerationConfig": None,
-            "appliesTo": None,
-            "note": (
-                "transformers has no suffix decoding of its own: runinfra-opt measured it with a candidate "
-                "generator over Arctic Inference's cache (runinfra_opt.methods.suffix); serve it on vLLM."
-            ),
-        }
+        return transformers_note(
+            "transformers has no suffix decoding of its own: runinfra-opt measured it with a candidate generator "
+            "over Arctic Inference's cache (runinfra_opt.methods.suffix); serve it on vLLM."
+        )
 
     def serving_sglang(self, variant: Variant, draft_path: str | None) -> dict[str, Any]:
         return {"supported": False, "args": [], "note": "SGLang has no suffix decoding."}

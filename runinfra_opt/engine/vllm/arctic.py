@@ -17,7 +17,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from runinfra_opt.engine.vllm.environment import tail, torch_pin
+from runinfra_opt.engine.vllm.environment import run_logged, torch_pin
 from runinfra_opt.errors import EngineError
 from runinfra_opt.models import cache_dir
 
@@ -50,20 +50,7 @@ def cached_wheel(python_tag: str | None = None) -> Path | None:
 
 
 def _run(command: list[str], log: Path, env: dict[str, str] | None = None) -> None:
-    with log.open("a", encoding="utf-8") as fh:
-        fh.write(f"$ {' '.join(command)}\n")
-        fh.flush()
-        try:
-            done = subprocess.run(
-                command, stdout=fh, stderr=subprocess.STDOUT, env=env, timeout=BUILD_TIMEOUT_S, check=False
-            )
-        except (OSError, subprocess.TimeoutExpired) as exc:
-            raise EngineError(f"Arctic Inference build: `{command[0]}` failed: {exc}; log: {log}") from None
-    if done.returncode != 0:
-        raise EngineError(
-            f"Arctic Inference build: `{' '.join(command[:4])} ...` exited {done.returncode}; log: {log}\n"
-            + tail(log, 12)
-        )
+    run_logged(command, log, "Arctic Inference build", timeout_s=BUILD_TIMEOUT_S, env=env, lines=12)
 
 
 def build_commands(venv: Path, installer: str, base_python: str) -> list[list[str]]:
