@@ -70,6 +70,11 @@ def run(state: RunState) -> None:
     )
     if plan.subsampled:
         results.add_note(plan.subsampled, kind="subsampled")
+    if len(kept) > len(plan.request_ids):
+        results.add_note(
+            f"{len(kept) - len(plan.request_ids)} earlier turn(s) of the planned requests' sessions added: a "
+            "session's turn is sent after its earlier ones, with their answers as its history"
+        )
     if cost is None:
         results.add_note("no cost model on this engine: the budget does not limit the requests")
     if config.strategy == "exhaustive" and plan.estimate_s > config.budget_minutes * 60:
