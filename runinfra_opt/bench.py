@@ -23,6 +23,7 @@ from runinfra_opt.records import RequestRecord, compare_to_baseline, default_tie
 from runinfra_opt.results import Interval, Summary
 from runinfra_opt.stats import speedup, summarize
 from runinfra_opt.workload.model import Request, Workload
+from runinfra_opt.workload.sessions import SessionHistory
 
 DEFAULT_MAX_TOKENS = 128
 WARMUP_TOKENS = 8
@@ -71,9 +72,26 @@ def run_variants(
             progress(done, total, label)
 
     records: dict[str, list[RequestRecord]] = {name: [] for name in names}
+    # A session's later turns carry the history the baseline's answers built (the reference's, else the first
+    # variant's): every variant is timed on the same prompts.
+    history = SessionHistory()
+    sent: dict[str, Request] = {}
+    answering = BASELINE.name if timed_baseline or needs_reference else min(variants, key=_run_order).name
+
+    def prompt_of(request: Request) -> Request:
+        if request.id not in sent:
+            sent[request.id] = history.expand(request)
+        return sent[request.id]
+
+    def generate(request: Request, variant: Variant, **kwargs: Any) -> RequestRecord:
+        full = prompt_of(request)
+        record = engine.generate(full, variant, **kwargs)
+        if full.session_id is not None and variant.name == answering and kwargs.get("repeat", 0) == 0:
+            history.answer(full, engine.prompts.decode(record.output_ids or []))
+        return record
 
     def run_one(request: Request, variant: Variant, rep: int) -> None:
-        record = engine.generate(request, variant, max_tokens=max_tokens, repeat=rep)
+        record = generate(request, variant, max_tokens=max_tokens, repeat=rep)
         records[variant.name].append(record)
         if not variant.is_speculative:
             references.setdefault(request.id, record)
@@ -85,7 +103,7 @@ def run_variants(
         for rep in range(repeat):
             for request in requests:
                 if needs_reference and rep == 0 and request.greedy:
-                    references[request.id] = engine.generate(request, BASELINE, max_tokens=max_tokens)
+                    references[request.id] = generate(request, BASELINE, max_tokens=max_tokens)
                     tick(f"{request.id} baseline (reference)")
                 for variant in variants:
                     run_one(request, variant, rep)
@@ -94,9 +112,9 @@ def run_variants(
             engine.warmup(requests[0], BASELINE)
             for request in requests:
                 if request.greedy:
-                    references[request.id] = engine.generate(request, BASELINE, max_tokens=max_tokens)
+                    references[request.id] = generate(request, BASELINE, max_tokens=max_tokens)
                     tick(f"{request.id} baseline (reference)")
-        for variant in sorted(variants, key=lambda v: v.is_speculative):  # the baseline's server first
+        for variant in sorted(variants, key=_run_order):  # the baseline's server first
             engine.warmup(requests[0], variant)
             for rep in range(repeat):
                 for request in requests:
@@ -110,6 +128,10 @@ def run_variants(
                 if reference is not None:
                     compare_to_baseline(record, reference, tie_tolerance=tie_tolerance)
     return records
+
+
+def _run_order(variant: Variant) -> bool:
+    return variant.is_speculative
 
 
 # ---- the bench command --------------------------------------------------------------------------------------

@@ -45,6 +45,7 @@ class _Handler(BaseHTTPRequestHandler):
             self._json(401, {"error": {"message": "Unauthorized", "type": "auth"}})
             return
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        body["_received_at"] = time.time()  # for tests of when a request arrived (not part of the API)
         self.server.bodies.append(body)  # type: ignore[attr-defined]
         chat = self.path == "/v1/chat/completions"
         prompt = body["messages"][-1]["content"] if chat else body["prompt"]

@@ -14,7 +14,7 @@ import pytest
 from typer.testing import CliRunner
 
 from runinfra_opt.cli.app import app
-from runinfra_opt.engine.vllm import environment
+from runinfra_opt.engine.vllm import arctic, environment
 
 FAKE_VLLM = Path(__file__).parent / "fake_vllm"
 
@@ -23,6 +23,39 @@ FAKE_VLLM = Path(__file__).parent / "fake_vllm"
 def _own_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Each test starts with no engine installed."""
     monkeypatch.setenv("RUNINFRA_OPT_CACHE", str(tmp_path / "cache"))
+
+
+@pytest.fixture(autouse=True)
+def _arctic_fails_to_build(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No test here builds Arctic Inference (minutes): its build is a command that fails, as one that cannot
+    compile would."""
+
+    def failing(venv: Path, installer: str, base_python: str) -> list[list[str]]:
+        return [[sys.executable, "-c", "print('CMake Error: nanobind not found'); raise SystemExit(1)"]]
+
+    monkeypatch.setattr(arctic, "build_commands", failing)
+
+
+def test_a_failed_arctic_build_leaves_suffix_out_quoting_its_log(
+    runner: CliRunner, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PYTHONPATH", str(FAKE_VLLM))
+
+    def fake_commands(root: Path, build: str, installer: str, **_: object) -> list[list[str]]:
+        make_env = (
+            "import sys; from pathlib import Path\n"
+            f"bin = Path({str(root)!r}) / 'venv' / 'bin'; bin.mkdir(parents=True)\n"
+            "(bin / 'python').write_text(f'#!/bin/sh\\nexec {sys.executable} \"$@\"\\n')\n"
+            "(bin / 'python').chmod(0o755)\n"
+        )
+        return [[sys.executable, "-c", make_env]]
+
+    monkeypatch.setattr(environment, "install_commands", fake_commands)
+    result = runner.invoke(app, ["engine", "install", "vllm", "--device", "cpu", "--installer", "pip"])
+    assert result.exit_code == 0, result.output  # vLLM itself is ready; only the method is left out
+    assert "method suffix is left out of vLLM runs: Arctic Inference build:" in result.output
+    assert "arctic-build.log" in result.output
+    assert "CMake Error: nanobind not found" in result.output  # the log's last lines
 
 
 def test_pip_install_is_pinned_on_the_projects_torch(tmp_path: Path) -> None:

@@ -26,7 +26,7 @@ from runinfra_opt.results import load_results
 
 
 def test_builtin_methods_in_rank_order() -> None:
-    assert method_names() == ["baseline", "ngram", "vllm_ngram", "early_exit", "draft", "eagle", "eagle3"]
+    assert method_names() == ["baseline", "ngram", "suffix", "vllm_ngram", "early_exit", "draft", "eagle", "eagle3"]
 
 
 def test_unknown_method_lists_the_available_ones() -> None:
@@ -44,6 +44,7 @@ def test_unknown_method_lists_the_available_ones() -> None:
         Variant("early_exit", lookahead=3, exit_layer=8),
         Variant("draft", lookahead=6, draft="/models/tiny-draft"),
         Variant("eagle3", lookahead=3, draft="eagle3:/models/tiny-head"),
+        Variant("suffix", lookahead=16, options=(("depth", 32), ("factor", 2.5), ("min_prob", 0.05))),
     ],
 )
 def test_names_round_trip(variant: Variant) -> None:
@@ -54,7 +55,8 @@ def test_names_round_trip(variant: Variant) -> None:
 
 def test_unparsable_name_lists_every_pattern() -> None:
     every = (
-        r"expected baseline, ngram-n<N>-k<K>, vllm_ngram-m<MIN>-n<MAX>-k<K> \(or -sched_<FIRST>-<LAST>k<K>_\.\.\. "
+        r"expected baseline, ngram-n<N>-k<K>, suffix-d<DEPTH>-f<FACTOR>-p<MIN_PROB>-k<K>, "
+        r"vllm_ngram-m<MIN>-n<MAX>-k<K> \(or -sched_<FIRST>-<LAST>k<K>_\.\.\. "
         r"for a k schedule\), early_exit-l<L>-k<K>, "
     )
     with pytest.raises(UserInputError, match=every + r"draft:<name>-k<K>, eagle:<name>-k<K>, eagle3:<name>-k<K>"):

@@ -512,7 +512,7 @@ def test_a_file_wins_over_a_bundled_name(tmp_path: Path, monkeypatch: pytest.Mon
 
 
 # ------------------------------------------------------------------------------------------ the bundled samples
-BUNDLED = ("chat", "code", "json", "mixed", "summarize", "history/mixed")
+BUNDLED = ("agent", "chat", "code", "json", "mixed", "summarize", "history/agent", "history/mixed")
 
 
 def test_the_bundled_workloads_are_listed() -> None:
@@ -522,7 +522,7 @@ def test_the_bundled_workloads_are_listed() -> None:
     assert [info.name for info in infos] == list(BUNDLED)
     assert DEFAULT_WORKLOAD in BUNDLED
     for info in infos:
-        assert info.requests >= 24, info.name
+        assert info.requests >= (12 if info.name.startswith("history/") else 24), info.name
         assert info.description
 
 
@@ -533,6 +533,17 @@ def test_every_bundled_workload_inspects_as_a_table(runner: CliRunner, name: str
     assert f"workload {name} (sha256:" in result.stdout
     for title in ("Traffic", "Lengths (characters)", "Per category"):
         assert title in result.stdout
+
+
+def test_the_agent_workload_is_sessions_of_three_kinds_with_a_history_of_its_own() -> None:
+    from runinfra_opt.workload.fingerprint import prompt_digest
+
+    agent, history = load_workload("agent"), load_workload("history/agent")
+    for workload in (agent, history):
+        assert {r.category for r in workload.requests} == {"edit", "tool", "json"}
+        assert all(r.session_id is not None for r in workload.requests)
+        assert max(r.turn or 0 for r in workload.requests) == 3
+    assert not {prompt_digest(r) for r in history.requests} & {prompt_digest(r) for r in agent.requests}
 
 
 def test_the_bundled_history_is_other_traffic_of_the_samples_kinds() -> None:

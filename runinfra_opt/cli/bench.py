@@ -33,7 +33,7 @@ def bench(
     method: str = typer.Option(
         ...,
         "--method",
-        help="baseline, ngram, early_exit, draft, vllm_ngram (vllm), eagle or eagle3 (vllm).",
+        help="baseline, ngram, early_exit, draft, vllm_ngram (vllm), suffix (vllm), eagle or eagle3 (vllm).",
         rich_help_panel=SPACE,
     ),
     lookahead: int | None = typer.Option(

@@ -49,16 +49,20 @@ def install_command(
     as_json: bool = typer.Option(False, "--json", help="Print the environment as one JSON object on stdout."),
 ) -> None:
     """Create and verify the engine's own environment under the cache directory (idempotent; minutes)."""
-    from runinfra_opt.engine.vllm import environment
+    from runinfra_opt.engine.vllm import arctic, environment
 
     _check_engine(name)
     if vllm_python:
         env = environment.resolve_environment(vllm_python)
+        suffix = arctic.missing_module(env.python, arctic.MODULE)
     else:
         env = environment.install(device=device, installer=installer, force=force, say=_say)
+        suffix = arctic.ensure(env.python, environment.choose_installer(installer), say=_say)
     if as_json:
-        typer.echo(json.dumps(env.to_dict(), indent=2))
+        typer.echo(json.dumps({**env.to_dict(), "suffix_decoding": suffix or "ready"}, indent=2))
         return
+    if suffix is not None:
+        _say(f"method suffix is left out of vLLM runs: {suffix}")
     where = env.root or env.python
     typer.echo(f"vLLM {env.vllm_version} (torch {env.torch_version}) ready: {where}")
     typer.echo(f"python: {env.python}")

@@ -124,7 +124,7 @@ def optimize(
     methods: list[str] = typer.Option(
         [],
         "--methods",
-        help="Methods: ngram, early_exit, draft, vllm_ngram, eagle, eagle3 (repeatable or comma-separated).",
+        help="Methods: ngram, early_exit, draft, vllm_ngram, suffix, eagle, eagle3 (repeatable or comma-separated).",
         rich_help_panel=SPACE,
     ),
     lookahead: list[str] = typer.Option(

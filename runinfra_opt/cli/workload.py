@@ -88,6 +88,10 @@ def render_stats(stats: WorkloadStats, console: Console) -> None:
     overview.add_row("mean arrival rate", _num(stats.mean_rate_per_s, "{:.3f} requests/s", "n/a"))
     overview.add_row("burstiness (CV of gaps)", _num(stats.burstiness_cv, "{:.2f}", "n/a"))
     overview.add_row("greedy / sampled", f"{stats.greedy_share:.0%} / {stats.sampled_share:.0%}")
+    if stats.session_turns is not None:
+        t = stats.session_turns
+        overview.add_row("sessions", f"{stats.sessions} (turns per session p50 {t.p50:.0f}, p90 {t.p90:.0f})")
+    overview.add_row("repeated content", _num(stats.repeated_share, "{:.0%} of 3-grams (" + stats.ngram_unit + ")"))
     console.print(overview)
 
     title = f"Lengths ({stats.length_unit}" + (

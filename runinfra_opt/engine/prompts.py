@@ -104,6 +104,10 @@ class PromptTokenizer:
         self._cache[request] = ids
         return ids
 
+    def decode(self, ids: Sequence[int]) -> str:
+        """The text of generated ids (special tokens left out): an answer as a chat history holds it."""
+        return str(self.tokenizer.decode(list(ids), skip_special_tokens=True))
+
     def max_new_tokens(self, request: Request, max_tokens: int) -> int:
         """The request's own `max_tokens` when it has one, capped at `max_tokens`."""
         return min(request.max_tokens, max_tokens) if request.max_tokens else max_tokens

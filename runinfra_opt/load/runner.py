@@ -19,6 +19,7 @@ from typing import Any, Protocol
 from runinfra_opt.load.schedule import Planned
 from runinfra_opt.load.spec import Concurrency, LoadLevel
 from runinfra_opt.workload.model import Request
+from runinfra_opt.workload.sessions import SessionHistory
 
 LATE_S = 0.010
 """A send more than this behind its planned time counts as late; a run whose p99 send lag exceeds it is
@@ -37,6 +38,7 @@ class StreamedResult(Protocol):
     e2e_s: float | None
     output_tokens: int | None
     prompt_tokens: int | None
+    output_text: str
 
 
 Send = Callable[[Request], Awaitable[StreamedResult]]
@@ -136,6 +138,40 @@ class LevelRun:
         return sum(1 for lag in lags if lag > self.late_s)
 
 
+class SessionGate:
+    """Holds each later turn of a session until its predecessor was answered and its think time passed, and
+    sends it with the session's history built from the answers this server gave."""
+
+    def __init__(self, start: float) -> None:
+        self.history = SessionHistory()
+        self._start = start
+        self._answered: dict[str, tuple[int, float]] = {}
+        """Per session: the last answered turn and when its answer completed (seconds after the start)."""
+        self._changed = asyncio.Condition()
+
+    async def open(self, request: Request, due: float) -> tuple[Request, float]:
+        """(the request as it is sent, when it became due): not before its predecessor's answer + think time."""
+        if request.continues_session:
+            assert request.session_id is not None
+            assert request.turn is not None
+            session, previous = request.session_id, request.turn - 1
+            async with self._changed:
+                await self._changed.wait_for(lambda: self._answered.get(session, (0, 0.0))[0] >= previous)
+            due = max(due, self._answered[session][1] + (request.think_s or 0.0))
+            delay = self._start + due - time.perf_counter()
+            if delay > 0:
+                await asyncio.sleep(delay)
+        return self.history.expand(request), due
+
+    async def close(self, sent: Request, answer: str, done: float) -> None:
+        if sent.session_id is None or sent.turn is None:
+            return
+        self.history.answer(sent, answer)
+        async with self._changed:
+            self._answered[sent.session_id] = (sent.turn, done)
+            self._changed.notify_all()
+
+
 def _record(planned: Planned, due: float, sent: float, done: float, result: StreamedResult) -> LoadRecord:
     request = planned.request
     record = LoadRecord(
@@ -198,17 +234,22 @@ async def run_level(
     in_flight = 0
     peak = 0
 
+    gate = SessionGate(start)
+
     async def one(planned: Planned, due: float) -> float:
-        """Send one request; return when it completed (seconds after the start)."""
+        """Send one request (a session's later turn once its predecessor was answered, with the session's history);
+        return when it completed (seconds after the start)."""
         nonlocal in_flight, peak
+        request, due = await gate.open(planned.request, due)
         sent = time.perf_counter() - start
         in_flight += 1
         peak = max(peak, in_flight)
         try:
-            result = await send(planned.request)
+            result = await send(request)
         finally:
             in_flight -= 1
         done = time.perf_counter() - start
+        await gate.close(request, result.output_text or "", done)
         record = _record(planned, due, sent, done, result)
         if keep_records:
             records.append(record)

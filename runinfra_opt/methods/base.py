@@ -58,7 +58,7 @@ class CandidateSearch:
 class SimInput:
     """What a simulator needs about one request: the prompt and the baseline's output as token ids, the
     engine's EOS ids and length limit, and the drafter's profile (teacher-forced agreement flags for a greedy
-    request, acceptance probabilities for a sampled one) when the method has a drafter."""
+    request, acceptance probabilities for a sampled one) when the method has a drafter, and the traffic before it."""
 
     prompt_ids: Sequence[int]
     output_ids: Sequence[int]
@@ -70,6 +70,9 @@ class SimInput:
     serving: bool = False
     """Simulate a serving engine's loop (vLLM: the prefill drafts nothing, the drafter proposes after every target
     pass) instead of transformers' assisted generation, for methods whose loop differs between the two."""
+    earlier: Sequence[tuple[Sequence[int], Sequence[int]]] = ()
+    """(prompt ids, output ids) of the requests the same server answered before this one, in order (its warm-up
+    included): what a method that drafts from earlier traffic (suffix decoding) has seen."""
 
 
 @dataclass(frozen=True)
@@ -128,6 +131,10 @@ class SpecMethod:
     `num_speculative_tokens_per_batch_size`; see `methods.k_schedule`), named, validated, simulated at batch 1
     and served by the method."""
     speculative: ClassVar[bool] = True
+    vllm_module: ClassVar[str | None] = None
+    """A module vLLM needs to serve it that vLLM does not install (checked in the vLLM environment)."""
+    drafts_from_traffic: ClassVar[bool] = False
+    """Its drafts depend on the requests the server answered before (`SimInput.earlier` is filled for it)."""
     draft_prefix: ClassVar[str | None] = None
     """Draft specs written `<prefix>:PATH` (e.g. `eagle3:PATH`) belong to this method: a drafter only serving
     engines run, which the in-process engine does not load (see `registry.draft_owner`)."""
@@ -209,6 +216,16 @@ class SpecMethod:
     def transformers_settings(self, variant: Variant) -> TransformersSettings:
         raise NotImplementedError(f"method {self.name} does not run on the transformers engine")
 
+    def unavailable(self) -> str | None:
+        """Why the method cannot run or be simulated in this process (a package missing), or None."""
+        return None
+
+    def traffic_drafter(self, variant: Variant, max_length: int) -> Any:
+        """For a method that drafts from earlier traffic (`drafts_from_traffic`) on the transformers engine: the
+        drafter that keeps it over one timed pass, whose `candidate_generator(prompt_ids, eos_ids, max_length)`
+        drafts one request (`finish(sequence)` after it). None: the generation settings say it all."""
+        return None
+
     def manifest_fields(self, variant: Variant) -> dict[str, Any]:
         """Method-specific fields of the manifest's `speculative` block (beyond method and lookahead)."""
         return {}
@@ -260,6 +277,11 @@ def assistant_config(variant: Variant) -> dict[str, Any]:
         "num_assistant_tokens_schedule": "constant",
         "assistant_confidence_threshold": variant.confidence_threshold,
     }
+
+
+def transformers_note(note: str) -> dict[str, Any]:
+    """The manifest's transformers block for a method served on another engine: plain greedy, and why."""
+    return {"generateKwargs": {"do_sample": False}, "assistantGenerationConfig": None, "appliesTo": None, "note": note}
 
 
 def unsupported_vllm(note: str) -> dict[str, Any]:

@@ -23,6 +23,7 @@ BUILTIN: dict[str, str] = {
     "early_exit": "runinfra_opt.methods.early_exit:METHOD",
     "draft": "runinfra_opt.methods.draft:METHOD",
     "vllm_ngram": "runinfra_opt.methods.vllm_ngram:METHOD",
+    "suffix": "runinfra_opt.methods.suffix:METHOD",
     "eagle": "runinfra_opt.methods.eagle:EAGLE",
     "eagle3": "runinfra_opt.methods.eagle:EAGLE3",
 }

@@ -14,6 +14,50 @@ from dataclasses import dataclass, field
 
 
 @dataclass
+class ProposerRun:
+    """What a serving engine counts for one greedy request whose proposer (no draft model) drafts at batch 1:
+    what vLLM's spec-decode counters hold for it."""
+
+    target_passes: int = 0
+    """Forward passes of the target, the prefill included."""
+    drafts: int = 0
+    """Passes that verified a non-empty proposal (`vllm:spec_decode_num_drafts_total`)."""
+    draft_tokens: int = 0
+    accepted_tokens: int = 0
+    accepted_per_pass: list[int] = field(default_factory=list)
+    """Accepted tokens of every decoding pass (0 for a pass with an empty proposal)."""
+    proposed_per_pass: list[int] = field(default_factory=list)
+    accepted_per_position: list[int] = field(default_factory=list)
+    """Accepted draft tokens by position in the proposal (`..._per_pos_total{position=i}`), where sized."""
+    last_pass_lower_bound: bool = False
+    """True when the last pass's proposal ran past the known output: its acceptance may be higher."""
+
+    def verify(self, proposal: Sequence[int], output_ids: Sequence[int], done: int) -> int:
+        """Count one target pass verifying `proposal` at output position `done`; return the tokens accepted (the
+        run of the proposal equal to the output there)."""
+        produced = len(output_ids)
+        accepted = 0
+        while (
+            accepted < len(proposal)
+            and done + accepted < produced
+            and proposal[accepted] == output_ids[done + accepted]
+        ):
+            accepted += 1
+        self.target_passes += 1
+        self.proposed_per_pass.append(len(proposal))
+        self.accepted_per_pass.append(accepted)
+        if proposal:
+            self.drafts += 1
+            self.draft_tokens += len(proposal)
+            self.accepted_tokens += accepted
+            for position in range(min(accepted, len(self.accepted_per_position))):
+                self.accepted_per_position[position] += 1
+        if done + accepted >= produced and accepted < len(proposal):
+            self.last_pass_lower_bound = True
+        return accepted
+
+
+@dataclass
 class SimResult:
     """Pass counts of one request under one variant, as transformers would run it.
 

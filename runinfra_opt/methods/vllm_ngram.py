@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from runinfra_opt.errors import UserInputError
@@ -22,9 +21,10 @@ from runinfra_opt.methods.base import (
     SpaceSpec,
     SpecMethod,
     require_lookahead,
+    transformers_note,
     vllm_speculative,
 )
-from runinfra_opt.methods.simulation import SimResult, simulate_baseline
+from runinfra_opt.methods.simulation import ProposerRun, SimResult, simulate_baseline
 from runinfra_opt.methods.variant import Variant
 
 VLLM_NGRAM_LOOKAHEADS = (2, 4, 8)
@@ -59,23 +59,8 @@ def propose(
     return []
 
 
-@dataclass
-class NgramSimulation:
-    """What vLLM would count for one greedy request with n-gram speculation at batch 1."""
-
-    target_passes: int = 0
-    """Forward passes of the target, the prefill included."""
-    drafts: int = 0
-    """Passes that verified a non-empty proposal (`vllm:spec_decode_num_drafts_total`)."""
-    draft_tokens: int = 0
-    accepted_tokens: int = 0
-    accepted_per_pass: list[int] = field(default_factory=list)
-    """Accepted tokens of every decoding pass (0 for a pass with an empty proposal)."""
-    proposed_per_pass: list[int] = field(default_factory=list)
-    accepted_per_position: list[int] = field(default_factory=list)
-    """Accepted draft tokens by position in the proposal (`..._per_pos_total{position=i}`)."""
-    last_pass_lower_bound: bool = False
-    """True when the last pass's proposal ran past the known output: its acceptance may be higher."""
+NgramSimulation = ProposerRun
+"""What vLLM would count for one greedy request with n-gram speculation at batch 1."""
 
 
 def simulate(
@@ -110,25 +95,8 @@ def simulate(
             prompt_lookup_max=prompt_lookup_max,
             max_model_len=max_model_len,
         )
-        accepted = 0
-        while (
-            accepted < len(proposal)
-            and done + accepted < produced
-            and proposal[accepted] == output_ids[done + accepted]
-        ):
-            accepted += 1
-        sim.target_passes += 1
-        sim.proposed_per_pass.append(len(proposal))
-        sim.accepted_per_pass.append(accepted)
-        if proposal:
-            sim.drafts += 1
-            sim.draft_tokens += len(proposal)
-            sim.accepted_tokens += accepted
-            for position in range(accepted):
-                sim.accepted_per_position[position] += 1
+        accepted = sim.verify(proposal, output_ids, done)
         step = min(accepted + 1, produced - done)
-        if done + accepted >= produced and accepted < len(proposal):
-            sim.last_pass_lower_bound = True
         context.extend(output_ids[done : done + step])
         done += step
     return sim
@@ -242,15 +210,10 @@ class VllmNgram(SpecMethod):
         return vllm_speculative(config, f"vLLM's n-gram proposer with a batch-size schedule ({shown}), as measured.")
 
     def serving_transformers(self, variant: Variant, draft_path: str | None) -> dict[str, Any]:
-        return {
-            "generateKwargs": {"do_sample": False},
-            "assistantGenerationConfig": None,
-            "appliesTo": None,
-            "note": (
-                "Not supported: vLLM's n-gram rule has no transformers equivalent (transformers' prompt lookup is "
-                "method ngram, a different matching rule); serve this on vLLM."
-            ),
-        }
+        return transformers_note(
+            "Not supported: vLLM's n-gram rule has no transformers equivalent (transformers' prompt lookup is "
+            "method ngram, a different matching rule); serve this on vLLM."
+        )
 
     def serving_sglang(self, variant: Variant, draft_path: str | None) -> dict[str, Any]:
         return {"supported": False, "args": [], "note": "Measured on vLLM's n-gram rule; SGLang's NGRAM differs."}

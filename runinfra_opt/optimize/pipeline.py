@@ -81,7 +81,7 @@ PHASES: tuple[Phase, ...] = (
     Phase("load", load.run, rerun=True, timing="load"),
     Phase("cost", cost.run, restore=cost.restore, timing="cost", needs=ANY_PREDICTOR),
     Phase("plan", plan.run, restore=plan.restore),
-    Phase("baseline", baseline.run, timing="baseline"),
+    Phase("baseline", baseline.run, restore=baseline.restore, timing="baseline"),
     Phase("check_cost", cost.check, needs=(PREDICTOR,)),
     Phase("profile", profile.run, timing="profile", needs=ANY_PREDICTOR),
     Phase("predict", predict.run, rerun=True, timing="predict", needs=ANY_PREDICTOR),

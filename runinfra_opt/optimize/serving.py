@@ -186,7 +186,7 @@ def _passes(state: RunState, variant: Variant) -> list[RequestPasses]:
     assert state.engine is not None
     out = []
     for request in state.requests:
-        sim = simulate(state, variant, request, serving=True)
+        sim = simulate(state, variant, request)
         if not isinstance(sim, SimResult) or not sim.output_tokens:
             continue  # no baseline output for it, or an expected (sampled) simulation: no passes to serve
         prompt_tokens = len(state.engine.prompts.prompt_ids(request))

@@ -14,11 +14,12 @@ if TYPE_CHECKING:  # pragma: no cover
 
 
 def simulate(
-    state: RunState, variant: Variant, request: Request, *, max_tokens: int | None = None, serving: bool = False
+    state: RunState, variant: Variant, request: Request, *, max_tokens: int | None = None
 ) -> SimResult | ExpectedSimResult | None:
-    """Simulated passes of `request` under `variant` from the profiling pass; `max_tokens` simulates a run
-    capped shorter than the baseline's (its greedy output is the baseline's, cut); `serving`: the serving engine's
-    loop (`SimInput.serving`)."""
+    """Simulated passes of `request` under `variant` from the profiling pass, in the run's engine's loop (a serving
+    engine's: `SimInput.serving`); `max_tokens` simulates a run capped shorter than the baseline's (its greedy
+    output is the baseline's, cut)."""
+    from runinfra_opt.engine import registry
     from runinfra_opt.methods import get_method
     from runinfra_opt.methods.base import SimInput
 
@@ -38,7 +39,10 @@ def simulate(
         bits = state.results.profile.get("agreement", {}).get(drafter.role, {}).get(request.id)
         agreement = agreement_flags(bits) if bits is not None else None
         acceptance = state.results.profile.get("acceptance", {}).get(drafter.role, {}).get(request.id)
+    earlier = _earlier(state, request, cap) if method.drafts_from_traffic else ()
     sim = SimInput(
+        serving=state.engine.name in registry.serving_engines(),
+        earlier=earlier,
         prompt_ids=prompt,
         output_ids=output,
         eos_token_ids=prompts.eos_token_ids,
@@ -46,6 +50,28 @@ def simulate(
         greedy=request.greedy,
         agreement=agreement,
         acceptance=acceptance,
-        serving=serving,
     )
     return method.simulate(variant, sim)
+
+
+def _earlier(state: RunState, request: Request, cap: int) -> list[tuple[list[int], list[int]]]:
+    """What the variant's server answered before `request` in a batch-1 pass: its warm-ups (the first request,
+    `WARMUP_TOKENS` tokens, `engine.traffic_warmups` times), then the pass's earlier requests (baseline outputs,
+    capped like this one's)."""
+    from runinfra_opt.optimize.state import WARMUP_TOKENS
+
+    assert state.engine is not None
+    prompts, base = state.engine.prompts, state.baseline_records()
+    earlier: list[tuple[list[int], list[int]]] = []
+    if state.requests:
+        first = state.requests[0]
+        output = list(base[first.id].output_ids or []) if first.id in base else []
+        warm = (prompts.prompt_ids(first), output[:WARMUP_TOKENS])
+        earlier += [warm] * int(getattr(state.engine, "traffic_warmups", 0))
+    for other in state.requests:
+        if other.id == request.id:
+            break
+        record = base.get(other.id)
+        if record is not None:
+            earlier.append((prompts.prompt_ids(other), list(record.output_ids or [])[:cap]))
+    return earlier

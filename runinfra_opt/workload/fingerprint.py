@@ -1,7 +1,8 @@
 """A workload's fingerprint: sha256 of its canonical content, independent of file format and whitespace.
 
 Canonical content: each request, in file order, as compact sorted-key JSON (UTF-8, no ASCII escaping) of its
-normalised fields (id, category, arrival_s, messages or prompt, max_tokens, temperature, top_p, seed, response;
+normalised fields (id, category, arrival_s, messages or prompt, max_tokens, temperature, top_p, seed, response,
+session_id, turn, think_s;
 absent optional fields left out, unknown fields not included), one per line with a trailing newline.
 `max_tokens` is the effective value (a default filled from the command line counts: it changes what is run).
 """
@@ -24,7 +25,7 @@ def canonical_record(request: Request) -> dict[str, Any]:
         record["messages"] = [{"role": m.role, "content": m.content} for m in request.messages]
     else:
         record["prompt"] = request.prompt
-    for name in ("temperature", "top_p", "seed", "response"):
+    for name in ("temperature", "top_p", "seed", "response", "session_id", "turn", "think_s"):
         value = getattr(request, name)
         if value is not None:
             record[name] = value

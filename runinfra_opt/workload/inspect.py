@@ -3,7 +3,10 @@
 Lengths are in tokens when a tokenizer is given (chat requests through its chat template, with the
 generation prompt), else in characters. The predictability hint for speculation is the share of response
 3-grams (tokens with a tokenizer, else words and punctuation) that also occur in the request's prompt text:
-a high share means prompt-lookup (n-gram) speculation has material to copy.
+a high share means prompt-lookup (n-gram) speculation has material to copy. The repeated-content share is
+the share of each request's 3-grams (its own messages, without a session's history, and its recorded response)
+that occurred in earlier requests of the traffic: material that a cache of earlier requests (suffix decoding)
+can draft from.
 """
 
 from __future__ import annotations
@@ -69,6 +72,13 @@ class WorkloadStats:
     ngram_unit: str
     """`tokens` or `words`: the unit of the predictability 3-grams."""
     per_category: list[CategoryStats]
+    sessions: int = 0
+    """Sessions (requests sharing a `session_id`)."""
+    session_turns: Percentiles | None = None
+    """Turns per session (None without sessions)."""
+    repeated_share: float | None = None
+    """Share of the traffic's 3-grams (each request's own messages and recorded response) that already occurred
+    in earlier requests, in arrival order: the repetition suffix decoding drafts from. None for one request."""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -157,6 +167,8 @@ def inspect_workload(
         rate = (n - 1) / duration if duration > 0 else None
         cv = _cv([b - a for a, b in zip(arrivals, arrivals[1:], strict=False)])
 
+    turns: Counter[str] = Counter(r.session_id for r in requests if r.session_id is not None)
+
     greedy = sum(1 for r in requests if r.greedy)
     per_category = []
     for name in sorted(by_category):
@@ -195,4 +207,24 @@ def inspect_workload(
         sampled_share=(n - greedy) / n if n else 0.0,
         ngram_unit="tokens" if tokenizer is not None else "words",
         per_category=per_category,
+        sessions=len(turns),
+        session_turns=percentiles([float(t) for t in turns.values()]) if turns else None,
+        repeated_share=_repeated_share(requests, units),
     )
+
+
+def _repeated_share(requests: Sequence[Request], units: _Units) -> float | None:
+    """See `WorkloadStats.repeated_share`."""
+    if len(requests) < 2:
+        return None
+    ordered = sorted(requests, key=lambda r: r.arrival_s or 0.0)  # stable: file order without timing
+    seen: set[tuple[Any, ...]] = set()
+    repeated = total = 0
+    for request in ordered:
+        grams = _ngrams(units.words(request.prompt_text()))
+        if request.response is not None:
+            grams += _ngrams(units.words(request.response))
+        total += len(grams)
+        repeated += sum(1 for g in grams if g in seen)
+        seen.update(grams)
+    return repeated / total if total else None

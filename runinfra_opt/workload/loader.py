@@ -24,12 +24,14 @@ DEFAULT_MAX_TOKENS = 128
 """Output cap for requests without max_tokens when the command line gives none."""
 
 BUNDLED_DESCRIPTIONS = {
+    "agent": "agent sessions: edit a file and show it again, quote tool output, fill one JSON shape",
     "chat": "open questions, some multi-turn",
     "json": "extract fields from a given text into JSON",
     "code": "modify or extend given code",
     "summarize": "answer or summarize from a long given passage (RAG-like)",
     "mixed": "all four interleaved, a few sampled requests (the default)",
     "history/mixed": "earlier requests of mixed's kinds: the demo distils its drafts from them",
+    "history/agent": "earlier agent sessions of agent's kinds, for drafts",
 }
 HISTORY_DIR = "history"
 """Bundled traffic histories (`workloads/history/NAME.jsonl`, named `history/NAME`): earlier requests of the

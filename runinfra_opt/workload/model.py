@@ -29,6 +29,14 @@ class Request:
     top_p: float | None = None
     seed: int | None = None
     response: str | None = None
+    session_id: str | None = None
+    """The conversation (or agent run) this request is a turn of; None for a request that stands alone."""
+    turn: int | None = None
+    """1 for a session's first turn; turn n+1 is sent only after turn n's answer (`runinfra_opt.workload.sessions`)."""
+    think_s: float | None = None
+    """Seconds between the previous turn's answer and this turn (None: 0)."""
+    history_included: bool = False
+    """True once `messages` hold the session's history (`SessionHistory.expand`); never read from a file."""
     extra: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
     """Unknown fields, kept and ignored."""
 
@@ -40,6 +48,12 @@ class Request:
     @property
     def is_chat(self) -> bool:
         return self.messages is not None
+
+    @property
+    def continues_session(self) -> bool:
+        """A later turn of a session: its prompt is the session's history (earlier turns and the answers they
+        got) followed by its own messages."""
+        return self.session_id is not None and (self.turn or 1) > 1
 
     def prompt_text(self) -> str:
         """The request's text without any chat template (for character-level statistics)."""

@@ -192,10 +192,13 @@ def read_records(path: Path, fmt: str, problems: Problems) -> Iterator[RawRecord
         yield from _read_parquet(path, problems)
     else:
         convert = {"jsonl": _native, "openai": _from_openai, "sharegpt": _from_sharegpt}[fmt]
+        conversations = Conversations()
         for line, value in iter_json_values(path, problems):
             data = _object(value, line, problems)
             if data is not None:
                 record = convert(data, line, problems)
+                if record is not None and fmt == "openai":
+                    record = conversations.turn(record, problems)
                 if record is not None:
                     yield record
 
@@ -233,6 +236,52 @@ def _from_openai(data: dict[str, Any], line: int, problems: Problems) -> RawReco
         native["response"] = text
     labels = {name: f"{key}.{name}" for name in OPENAI_BODY_FIELDS}
     return RawRecord(line, native, labels)
+
+
+CONVERSATION_KEYS = ("conversation_id", "session_id", "thread_id")
+"""Where an OpenAI request log names its conversation: at the top level or in `metadata` (first found)."""
+
+
+class Conversations:
+    """Turns OpenAI log records that name a conversation into a session's turns: each call of a chat API carries
+    the whole conversation, so a later call's messages lose the previous call's messages and the assistant answer
+    after them (the replay rebuilds that history from the answers the server gives)."""
+
+    def __init__(self) -> None:
+        self._last: dict[str, tuple[int, list[Any]]] = {}
+
+    def turn(self, record: RawRecord, problems: Problems) -> RawRecord | None:
+        data = record.data
+        metadata: dict[str, Any] = data["metadata"] if isinstance(data.get("metadata"), dict) else {}
+        key, conversation = next(
+            ((k, v) for k in CONVERSATION_KEYS for v in (data.get(k), metadata.get(k)) if v is not None), (None, None)
+        )
+        if conversation is None or not isinstance(data.get("messages"), list):
+            return record
+        if not isinstance(conversation, str | int) or isinstance(conversation, bool):
+            problems.add(record.line, str(key), f"must be a string, got {describe(conversation)}")
+            return None
+        session = str(conversation)
+        messages = list(data["messages"])
+        last = self._last.get(session)
+        turn = 1 if last is None else last[0] + 1
+        self._last[session] = (turn, messages)
+        native = {k: v for k, v in data.items() if k not in (*CONVERSATION_KEYS, "metadata")}
+        native.update(session_id=session, turn=turn)
+        if last is not None:
+            previous = last[1]
+            answer = messages[len(previous)] if len(messages) > len(previous) else None
+            answered = isinstance(answer, dict) and answer.get("role") == "assistant"
+            if messages[: len(previous)] != previous or not answered:
+                problems.add(
+                    record.line,
+                    record.labels.get("messages", "messages"),
+                    f"does not continue conversation {session!r}: expected the previous call's messages, then its "
+                    "assistant answer",
+                )
+                return None
+            native["messages"] = messages[len(previous) + 1 :]
+        return RawRecord(record.line, native, record.labels)
 
 
 def _openai_response_text(response: Any) -> str | None:

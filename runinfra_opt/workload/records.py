@@ -28,6 +28,9 @@ KNOWN_FIELDS = (
     "top_p",
     "seed",
     "response",
+    "session_id",
+    "turn",
+    "think_s",
 )
 ROLES = ("system", "developer", "user", "assistant", "tool")
 
@@ -51,6 +54,8 @@ class RecordContext:
     timing: Timing = field(default_factory=Timing)
     ids: dict[str, int] = field(default_factory=dict)
     max_tokens_defaulted: int = 0
+    sessions: dict[str, tuple[int, int, float | None]] = field(default_factory=dict)
+    """Per session: its last turn so far, that turn's line and its arrival (turns must come in order)."""
 
 
 def _label(labels: Mapping[str, str], name: str) -> str:
@@ -226,6 +231,8 @@ def build_request(
         else:
             problems.add(line, _label(labels, "response"), f"must be a string, got {describe(values['response'])}")
 
+    session_id, turn, think_s = _session(values, line, ctx, labels, arrival, has_prompt)
+
     if problems.total > before:
         return None
     if defaulted:
@@ -243,8 +250,69 @@ def build_request(
         top_p=top_p,
         seed=seed,
         response=response,
+        session_id=session_id,
+        turn=turn,
+        think_s=think_s,
         extra=extra,
     )
+
+
+def _session(
+    values: Mapping[str, Any],
+    line: int,
+    ctx: RecordContext,
+    labels: Mapping[str, str],
+    arrival: float | None,
+    is_prompt: bool,
+) -> tuple[str | None, int | None, float | None]:
+    """`session_id`, `turn` and `think_s`: a session's turns come in file order, 1, 2, 3, ... (a turn without its
+    predecessor, or a turn number seen before, is a problem), never arriving before their predecessor."""
+    problems = ctx.problems
+    think_s = _number(values, "think_s", line, problems, labels, low=0.0, high=None)
+    has_session, has_turn = "session_id" in values, "turn" in values
+    if not has_session:
+        if has_turn:
+            problems.add(line, _label(labels, "turn"), "given without session_id: a turn belongs to a session")
+        elif think_s is not None:
+            problems.add(line, _label(labels, "think_s"), "given without session_id: only a session's turns wait")
+        return None, None, None
+    session_id = values["session_id"]
+    if isinstance(session_id, int) and not isinstance(session_id, bool):
+        session_id = str(session_id)
+    if not isinstance(session_id, str) or not session_id.strip():
+        problems.add(line, _label(labels, "session_id"), f"must be a non-empty string, got {describe(session_id)}")
+        return None, None, None
+    turn = values.get("turn")
+    if not has_turn:
+        problems.add(line, _label(labels, "turn"), "missing: a session's request needs its turn (1 for the first)")
+        return None, None, None
+    if not isinstance(turn, int) or isinstance(turn, bool) or turn < 1:
+        problems.add(line, _label(labels, "turn"), f"must be an integer >= 1, got {describe(turn)}")
+        return None, None, None
+    if is_prompt:
+        problems.add(line, _label(labels, "prompt"), "a session's turns are chat: give messages, not prompt")
+    last = ctx.sessions.get(session_id)
+    last_turn = last[0] if last else 0
+    if turn <= last_turn:
+        assert last is not None
+        where = f"also on line {last[1]}" if turn == last_turn else f"turn {last_turn} was on line {last[1]}"
+        problems.add(line, _label(labels, "turn"), f"duplicate turn {turn} of session {session_id!r} ({where})")
+    elif turn > last_turn + 1:
+        before = f"its last turn so far is {last_turn} on line {last[1]}" if last else "it has no earlier turn"
+        problems.add(
+            line,
+            _label(labels, "turn"),
+            f"turn {turn} of session {session_id!r} has no turn {turn - 1} before it in the file ({before})",
+        )
+    elif last is not None and arrival is not None and last[2] is not None and arrival < last[2]:
+        problems.add(
+            line,
+            _label(labels, "arrival_s"),
+            f"turn {turn} of session {session_id!r} arrives before turn {last_turn} (line {last[1]})",
+        )
+    else:
+        ctx.sessions[session_id] = (turn, line, arrival)
+    return session_id, turn, think_s
 
 
 def _number(

@@ -17,6 +17,7 @@ arguments, so they are set there before each request and restored after it.
 
 from __future__ import annotations
 
+import collections
 import os
 import platform
 import time
@@ -185,6 +186,10 @@ class HFEngine:
         for draft in self.drafts.values():
             self._counter.add_draft(draft.model)
         self._environment: dict[str, Any] | None = None
+        self._warming = False
+        self._passes: collections.Counter[tuple[str, int, str]] = collections.Counter()
+        self._traffic: dict[str, tuple[tuple[int, int], Any]] = {}
+        """Per variant drafting from earlier traffic: its timed pass (repeat, nth time) and that pass's drafter."""
         self.prompts = PromptTokenizer.for_model(
             target.model, target.tokenizer, label=_tokenizer_name(target), skip_too_long=skip_too_long
         )
@@ -203,6 +208,9 @@ class HFEngine:
 
     def supports(self, variant: Variant) -> str | None:
         method = get_method(variant.method)
+        missing = method.unavailable()
+        if missing is not None:
+            return missing
         try:
             method.transformers_settings(variant)
         except NotImplementedError as exc:
@@ -353,6 +361,7 @@ class HFEngine:
             if any(self.drafts[spec] is draft for spec in self._mismatched):
                 extra["tokenizer"] = self.target.tokenizer
                 extra["assistant_tokenizer"] = draft.tokenizer
+        generator = self._traffic_candidates(variant, request, repeat, prompt, len(prompt) + max_new)
         device = self.target.device
         input_ids = torch.tensor([prompt], dtype=torch.long, device=device)
         attention_mask = torch.ones_like(input_ids)
@@ -361,7 +370,7 @@ class HFEngine:
         streamer = _TimingStreamer(self._sync)
         if not request.greedy:
             torch.manual_seed(request.seed if request.seed is not None else 0)
-        with self._assistant_settings(variant, draft), torch.inference_mode():
+        with self._assistant_settings(variant, draft), self._candidates(generator), torch.inference_mode():
             if self._sync:
                 torch.cuda.synchronize()
             start = time.perf_counter()
@@ -377,6 +386,8 @@ class HFEngine:
             end = time.perf_counter()
         sequences = output if isinstance(output, torch.Tensor) else output.sequences
         output_ids = [int(i) for i in sequences[0, len(prompt) :].tolist()]
+        if generator is not None:
+            generator.finish(prompt + output_ids)
         passes = counter.target_inputs
         drafted = 0
         if passes and variant.is_speculative:
@@ -401,8 +412,48 @@ class HFEngine:
         )
 
     def warmup(self, request: Request, variant: Variant, *, max_tokens: int = 8) -> None:
-        """One short untimed generation, so first-call costs (allocations, lazy init) stay out of the figures."""
-        self.generate(request, variant, max_tokens=max_tokens)
+        """One short untimed generation, so first-call costs (allocations, lazy init) stay out of the figures (a
+        method drafting from earlier traffic drafts it from a cache of its own: the timed pass's never sees it)."""
+        self._warming = True
+        try:
+            self.generate(request, variant, max_tokens=max_tokens)
+        finally:
+            self._warming = False
+
+    def _traffic_candidates(
+        self, variant: Variant, request: Request, repeat: int, prompt: list[int], max_length: int
+    ) -> Any | None:
+        """The candidate generator of a method that drafts from earlier traffic: over one cache per timed pass of
+        the variant (a repeat, or the same requests sent again), fed every request of that pass in order."""
+        method = get_method(variant.method)
+        if not method.drafts_from_traffic:
+            return None
+        context = self.prompts.context_length or max_length
+        if self._warming:
+            drafter = method.traffic_drafter(variant, context)
+        else:
+            key = (variant.name, repeat, request.id)
+            nth, self._passes[key] = self._passes[key], self._passes[key] + 1
+            current = self._traffic.get(variant.name)
+            if current is None or current[0] != (repeat, nth):
+                current = ((repeat, nth), method.traffic_drafter(variant, context))
+                self._traffic[variant.name] = current
+            drafter = current[1]
+        return drafter.candidate_generator(prompt, self._eos, max_length)
+
+    @contextmanager
+    def _candidates(self, generator: Any | None) -> Iterator[None]:
+        """Assisted generation drafts with `generator` (None: transformers' own choice) during the block."""
+        if generator is None:
+            yield
+            return
+        model = self.target.model
+        # the instance's attribute, over the class's method
+        object.__setattr__(model, "_get_candidate_generator", lambda *args, **kwargs: generator)
+        try:
+            yield
+        finally:
+            del model._get_candidate_generator
 
     # ---- environment ------------------------------------------------------------------------------------------
 

@@ -24,6 +24,7 @@ from typing import Any
 from runinfra_opt.engine.prompts import PromptTokenizer
 from runinfra_opt.engine.protocol import DRAFT_ALONE, Capability, LoadMeasurement, cpu_model_name
 from runinfra_opt.engine.vllm import metrics
+from runinfra_opt.engine.vllm.arctic import missing_module
 from runinfra_opt.engine.vllm.args import DEFAULT_MAX_MODEL_LEN, ServerConfig, ServeSettings
 from runinfra_opt.engine.vllm.client import CompletionRequest, OpenAIClient, RequestResult
 from runinfra_opt.engine.vllm.environment import VllmEnvironment, auto_dtype, on_cpu, resolve_environment
@@ -58,6 +59,8 @@ class VllmEngine:
     name = "vllm"
     capabilities: frozenset[Capability] = frozenset({Capability.SERVE_LOAD, Capability.STEP_COSTS})
     interleaves = False
+    traffic_warmups = WARMUP_REQUESTS
+    """Untimed requests `warmup` sends that a method drafting from earlier traffic sees (its server's cache)."""
 
     def __init__(
         self,
@@ -92,6 +95,9 @@ class VllmEngine:
         self._salt_base = secrets.token_hex(4)
         self._levels = itertools.count()
         self._passes: collections.Counter[tuple[str, int, str]] = collections.Counter()
+        self._traffic_pass: dict[VllmServer, tuple[object, ...] | None] = {}
+        """Per server, the timed pass it served, for methods that draft from earlier traffic."""
+        self._first_request: Request | None = None
         """Timed generations so far per (variant, repeat, request): the baseline pass and the confirmation's first
         repeat are both repeat 0 of the baseline on one server, and must not share a salt."""
 
@@ -129,7 +135,11 @@ class VllmEngine:
         serving = method.serving_vllm(variant, self.draft_path(variant))
         if not serving.get("supported"):
             return str(serving.get("note") or f"vLLM cannot run method {variant.method}")
-        return None
+        if method.vllm_module is not None:
+            missing = missing_module(self.vllm.python, method.vllm_module)
+            if missing is not None:
+                return missing
+        return method.unavailable()  # predicted in this process
 
     # ---- servers ------------------------------------------------------------------------------------------
 
@@ -195,7 +205,28 @@ class VllmEngine:
 
     # ---- the engine contract -------------------------------------------------------------------------------
 
+    def _fresh_pass(self, variant: Variant, key: tuple[object, ...] | None) -> None:
+        """A method that drafts from earlier traffic (its server's cache of responses) starts every timed pass on
+        a fresh server, warmed up again: a pass over requests the server already answered would copy them, and a
+        deployment sees each request once. `key` names the pass (None: a pass that starts with `warmup`)."""
+        if not get_method(variant.method).drafts_from_traffic:
+            return
+        server = self._server_for(variant).server
+        used = self._traffic_pass.get(server)
+        if used is None or used == key:
+            self._traffic_pass[server] = key
+            return
+        self._pool.restart(self.server_config(variant))
+        self._traffic_pass[self._server_for(variant).server] = key
+        if key is not None and self._first_request is not None:
+            self._warm(variant, self._first_request)
+
     def warmup(self, request: Request, variant: Variant, *, max_tokens: int = 8) -> None:
+        self._first_request = request
+        self._fresh_pass(variant, None)
+        self._warm(variant, request, max_tokens=max_tokens)
+
+    def _warm(self, variant: Variant, request: Request, *, max_tokens: int = 8) -> None:
         live = self._server_for(variant)
         for i in range(WARMUP_REQUESTS):
             result = self._send(live, self._completion(request, max_tokens, f"warm-up-{i}"))
@@ -206,10 +237,11 @@ class VllmEngine:
         problem = self.prompts.too_long(request, max_tokens)
         if problem is not None:
             raise UserInputError(f"line {request.line}: {problem}")
-        live = self._server_for(variant)
-        server = live.server
         key = (variant.name, repeat, request.id)
         nth, self._passes[key] = self._passes[key], self._passes[key] + 1
+        self._fresh_pass(variant, ("batch-1", repeat, nth))
+        live = self._server_for(variant)
+        server = live.server
         # One salt per pass: a pass's requests share it (each request comes once a pass, so its count is the
         # pass's), a later pass over the same requests on the same server gets another.
         salt = self._salt(f"{variant.name}-r{repeat}-p{nth}")
@@ -255,9 +287,10 @@ class VllmEngine:
             problem = self.prompts.too_long(request, max_tokens)
             if problem is not None:
                 raise UserInputError(f"line {request.line}: {problem}")
-        server = self._server_for(variant).server
         if requests:
             self.warmup(requests[0], variant, max_tokens=8)
+        server = self._server_for(variant).server
+        self._traffic_pass[server] = ("load", level.name, next(self._levels))
         salt = self._salt(f"{variant.name}-{level.name}-{len(self.launches)}-{next(self._levels)}")
         completions = {r.id: self._completion(r, max_tokens, top_logprobs=0, cache_salt=salt) for r in requests}
         client = OpenAIClient(server.base_url, server.api_key, server.model_name, max_connections=None)
@@ -270,6 +303,10 @@ class VllmEngine:
                 async with client:
 
                     async def send(request: Request) -> RequestResult:
+                        if request.history_included:  # its prompt holds the answers this server gave
+                            return await client.complete(
+                                self._completion(request, max_tokens, top_logprobs=0, cache_salt=salt)
+                            )
                         return await client.complete(completions[request.id])
 
                     return await run_level(

@@ -153,6 +153,24 @@ def tail(path: Path, lines: int = 15) -> str:
     return "\n".join(text.splitlines()[-lines:])
 
 
+def run_logged(
+    command: list[str], log: Path, what: str, *, timeout_s: float, env: dict[str, str] | None = None, lines: int = 8
+) -> None:
+    """Run `command` with its output appended to `log`; EngineError naming `what`, the log and its last `lines`
+    lines when it fails."""
+    with log.open("a", encoding="utf-8") as fh:
+        fh.write(f"$ {' '.join(command)}\n")
+        fh.flush()
+        try:
+            done = subprocess.run(command, stdout=fh, stderr=subprocess.STDOUT, env=env, timeout=timeout_s, check=False)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            raise EngineError(f"{what}: `{command[0]}` failed: {exc}; log: {log}") from None
+    if done.returncode != 0:
+        raise EngineError(
+            f"{what}: `{' '.join(command[:4])} ...` exited {done.returncode}; log: {log}\n" + tail(log, lines)
+        )
+
+
 def verify(python: Path | str, *, timeout_s: float = VERIFY_TIMEOUT_S) -> dict[str, str]:
     """Import vLLM and its API server in that interpreter; return the versions, or raise EngineError."""
     python = str(python)
@@ -237,21 +255,9 @@ def install(
         root.mkdir(parents=True)
         log_path = root / INSTALL_LOG
         say(f"installing {PACKAGES[build]}=={VLLM_VERSION} with {tool} into {root} (minutes; log: {log_path})")
-        with log_path.open("w", encoding="utf-8") as log:
-            for command in install_commands(root, build, tool):
-                log.write(f"$ {' '.join(command)}\n")
-                log.flush()
-                try:
-                    done = subprocess.run(
-                        command, stdout=log, stderr=subprocess.STDOUT, timeout=INSTALL_TIMEOUT_S, check=False
-                    )
-                except (OSError, subprocess.TimeoutExpired) as exc:
-                    raise EngineError(f"vLLM install: `{command[0]}` failed: {exc}; log: {log_path}") from None
-                if done.returncode != 0:
-                    raise EngineError(
-                        f"vLLM install: `{' '.join(command[:4])} ...` exited {done.returncode}; log: {log_path}\n"
-                        + tail(log_path, 8)
-                    )
+        log_path.write_text("", encoding="utf-8")
+        for command in install_commands(root, build, tool):
+            run_logged(command, log_path, "vLLM install", timeout_s=INSTALL_TIMEOUT_S)
         python = str(env_python(root))
         say("verifying: importing vllm in the new environment")
         info = verify(python)

@@ -107,6 +107,17 @@ class ServerPool:
         finally:
             self._stop(live)
 
+    def restart(self, config: ServerConfig) -> None:
+        """Stop the running server launched with `config`, if any: the next `get` launches a fresh one."""
+        for live in (self.live, self.kept):
+            if live is not None and live.server.config == config:
+                if live is self.live:
+                    self.live = None
+                else:
+                    self.kept = None
+                self._used = None
+                self._stop(live)
+
     def _launch(self, name: str, config: ServerConfig) -> Live:
         server = VllmServer(
             self.python,

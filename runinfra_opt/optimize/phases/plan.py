@@ -12,6 +12,7 @@ from runinfra_opt.optimize.plan import plan_requests
 from runinfra_opt.optimize.state import RunState
 from runinfra_opt.results import Plan, WorkloadInfo
 from runinfra_opt.workload.model import Request
+from runinfra_opt.workload.sessions import with_predecessors
 
 
 def restore(state: RunState) -> None:
@@ -46,9 +47,10 @@ def run(state: RunState) -> None:
         timed_variants=timed_variants,
         budget_minutes=config.budget_minutes,
     )
-    state.requests = [r for r in state.requests if r.id in set(plan.request_ids)]
+    kept = with_predecessors(state.requests, plan.request_ids)  # a session's later turn needs its earlier ones
+    state.requests = [r for r in state.requests if r.id in kept]
     results.plan = Plan(
-        request_ids=plan.request_ids,
+        request_ids=[r.id for r in state.requests],
         repeats=plan.repeats,
         estimate_s=round(plan.estimate_s, 1),
         budget_s=config.budget_minutes * 60.0,
@@ -68,6 +70,11 @@ def run(state: RunState) -> None:
     )
     if plan.subsampled:
         results.add_note(plan.subsampled, kind="subsampled")
+    if len(kept) > len(plan.request_ids):
+        results.add_note(
+            f"{len(kept) - len(plan.request_ids)} earlier turn(s) of the planned requests' sessions added: a "
+            "session's turn is sent after its earlier ones, with their answers as its history"
+        )
     if cost is None:
         results.add_note("no cost model on this engine: the budget does not limit the requests")
     if config.strategy == "exhaustive" and plan.estimate_s > config.budget_minutes * 60:
