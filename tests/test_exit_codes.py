@@ -176,10 +176,18 @@ def _cancel_and_resume(
     assert f"{word}: what was finished is kept on disk" in stderr
     assert "Traceback" not in stderr
     kept = load_results(results_file)
-    assert kept.status == "running"
+    assert kept.status == "interrupted"
     assert kept.phase == "predict"  # confirmation had started and not finished
+    assert kept.stopped is not None
+    assert kept.stopped.signal == sig.name
+    assert kept.stopped.how == "signal"
     interrupted = [note.text for note in kept.notes_of("interrupted")]
-    assert interrupted == ["interrupted after phase predict; resume with --resume"]
+    assert interrupted == [f"interrupted by {sig.name} after phase predict"]
+    shown = _cli("report", str(tmp_path / "run"))
+    assert shown.returncode == 0, shown.stderr
+    line = " ".join(shown.stdout.split())  # unwrapped
+    assert f"No decision: Interrupted by {sig.name} at {kept.stopped.at}" in line
+    assert f"Resume: runinfra-opt optimize --resume {(tmp_path / 'run').resolve()} --out {tmp_path / 'm.yaml'}" in line
     before = _measured(kept)
     assert timed.items() <= before.items()  # everything seen finished before the signal is on disk, unchanged
     assert not (tmp_path / "m.yaml").exists()
