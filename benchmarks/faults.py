@@ -194,6 +194,13 @@ class Bench:
         data = json.loads((run_dir / "results.json").read_text())
         return {(v["name"], r["request_id"], r["repeat"]) for v in data["variants"] for r in v["measured_requests"]}
 
+    def ended(self, cell: Cell, proc: subprocess.Popen[str], since: float, run_dir: Path) -> None:
+        """Wait for the cell's process and record its exit, the seconds `since`, what is left and the status."""
+        code, err, ended = self.finish(proc)
+        cell.exit_code, cell.exit_s, cell.stderr_tail = code, round(ended - since, 2), err[-1500:]
+        cell.left_behind = self.left_behind(cell.name)
+        cell.status, cell.lost = self.status(run_dir), 0
+
     def undisturbed(self, engine: str, *, load: str = "none") -> str:
         key = f"{engine}/{load}"
         if key not in self.reference:
@@ -259,10 +266,7 @@ class Bench:
         time.sleep(1.0)
         sent = time.time()
         proc.send_signal(signal.SIGTERM)
-        code, err, ended = self.finish(proc)
-        cell.exit_code, cell.exit_s, cell.stderr_tail = code, round(ended - sent, 2), err[-1500:]
-        cell.left_behind = self.left_behind(name)
-        cell.status, cell.lost = self.status(run_dir), 0
+        self.ended(cell, proc, sent, run_dir)
         self.resume(cell, run_dir, "vllm")
         return cell
 
@@ -306,10 +310,7 @@ class Bench:
             cell.note = f"still waiting on the hung server after {HUNG_WAIT_S:.0f} s; cancelled with SIGTERM"
             started = time.time()
             proc.send_signal(signal.SIGTERM)
-        code, err, ended = self.finish(proc)
-        cell.exit_code, cell.exit_s, cell.stderr_tail = code, round(ended - started, 2), err[-1500:]
-        cell.left_behind = self.left_behind(name)
-        cell.status, cell.lost = self.status(run_dir), 0
+        self.ended(cell, proc, started, run_dir)
         if cell.status == "complete":
             cell.decision = self.decision(run_dir)
         else:
