@@ -318,11 +318,9 @@ def test_sigterm_during_server_start_up_exits_143_within_5_s(
             assert time.monotonic() < deadline, "no server launched"
             servers = _server_children(proc.pid)
             time.sleep(0.2)
-        while len(group_members(servers[0])) < 2:  # well into start-up: the engine core is up, loading the model
-            assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
-            assert time.monotonic() < deadline + 90, "the server started no engine core"
-            time.sleep(0.2)
-        time.sleep(2)
+        time.sleep(10)  # well into start-up (100-120 s here): the server is importing and loading the model
+        assert proc.poll() is None
+        assert group_members(servers[0])
         sent = time.monotonic()
         proc.send_signal(signal.SIGTERM)
         code = proc.wait(timeout=60)
