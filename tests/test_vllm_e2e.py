@@ -291,7 +291,7 @@ def test_optimize_on_vllm_measures_each_variant_on_its_own_server(
 
 def _server_children(pid: int) -> list[int]:
     """The vLLM API servers `pid` launched (each leads its own process group)."""
-    done = subprocess.run(["pgrep", "-P", str(pid), "-f", "vllm.entrypoints"], capture_output=True, text=True)
+    done = subprocess.run(["pgrep", "-P", str(pid), "-f", "api_server .*--port"], capture_output=True, text=True)
     return [int(p) for p in done.stdout.split()]
 
 
