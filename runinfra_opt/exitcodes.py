@@ -17,6 +17,9 @@ class ExitCode(IntEnum):
     `report --compare --max-regression` when the new run regressed beyond noise."""
     ENGINE_FAILED = 5
     """A serving engine (vLLM) is missing or broken, or could not be installed or started."""
+    WRITE_FAILED = 6
+    """A file could not be written (disk full, quota, file-size limit, read-only); what was written before is
+    intact (`optimize --resume` continues once there is room)."""
     INTERRUPTED = 130
     """Interrupted by SIGINT (Ctrl-C); what was finished is kept on disk (`optimize --resume` continues)."""
     TERMINATED = 143

@@ -20,9 +20,12 @@ def safe_name(text: str) -> str:
 def atomic_open(path: Path) -> Iterator[TextIO]:
     """Open a temp file beside `path` for writing text; on success fsync it and rename it over `path`, with
     the umask's usual permissions (not the 0600 of a temp file). On any error the temp file is removed and
-    `path` is left as it was."""
+    `path` is left as it was; an OSError names `path` (a full disk's error names no file of its own)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    except OSError as exc:
+        raise OSError(exc.errno, exc.strerror, str(path)) from None
     umask = os.umask(0)
     os.umask(umask)
     try:
@@ -32,6 +35,11 @@ def atomic_open(path: Path) -> Iterator[TextIO]:
             fh.flush()
             os.fsync(fh.fileno())
         Path(tmp).replace(path)
+    except OSError as exc:
+        Path(tmp).unlink(missing_ok=True)
+        if exc.filename:
+            raise
+        raise OSError(exc.errno, exc.strerror, str(path)) from None  # name the file the write was for
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise

@@ -287,11 +287,15 @@ def load_model(spec: str, *, device: str = "auto", dtype: str = "auto") -> Loade
     location = ensure_converted(resolved)
     source = resolved.hub_id or str(location)
     kwargs: dict[str, Any] = {"local_files_only": True} if resolved.kind == "hub" else {}
+    from safetensors import SafetensorError
+
     try:
         tokenizer = AutoTokenizer.from_pretrained(source, **kwargs)
         model = AutoModelForCausalLM.from_pretrained(source, dtype=torch_dtype, **kwargs)
-    except (OSError, ValueError) as exc:
-        raise ModelNotFoundError(f"{spec}: cannot load model: {exc}") from None
+    except (OSError, ValueError, SafetensorError) as exc:
+        reason = " ".join(str(exc).split())  # one line
+        hint = f"; delete {location} to convert it again" if resolved.kind == "gguf" else ""
+        raise ModelNotFoundError(f"{spec}: cannot load model: {reason}{hint}") from None
     model.to(dev)  # type: ignore[arg-type]
     model.eval()
     return LoadedModel(resolved, model, tokenizer, dev, str(torch_dtype).removeprefix("torch."))

@@ -8,6 +8,8 @@ markdown, HTML, CSV, manifest) is a pure function of it. Fields may be added in 
 from __future__ import annotations
 
 import json
+import shlex
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
 
@@ -16,8 +18,11 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from runinfra_opt.errors import UserInputError
 from runinfra_opt.fsutil import atomic_write_text
 from runinfra_opt.records import RequestRecord
+from runinfra_opt.runlock import holder
 
 RESULTS_FILE = "results.json"
+DEFAULT_MANIFEST = "runinfra-manifest.yaml"
+"""Where `optimize` writes the manifest without `--out`."""
 SCHEMA_VERSION = 2
 """2: the plan, the search space and the finished phases are fields of their own (1 kept them in `config`);
 `--resume` needs 2, `report` reads both."""
@@ -198,6 +203,36 @@ class Note(_Model):
 
     def __str__(self) -> str:
         return self.text
+
+
+class RunStop(_Model):
+    """How a run that did not finish stopped: by a signal (`status: interrupted`, written by the run itself), or
+    without a word (`status: died`, recognised by `report` and `--resume` from the run lock: `runlock`)."""
+
+    how: Literal["signal", "died"]
+    signal: str | None = None
+    """SIGTERM or SIGINT (`how: signal`)."""
+    at: str
+    """UTC ISO-8601: when the signal arrived; for a run that died, when its results were last written."""
+    phase: str
+    """The last phase finished."""
+    host: str = ""
+    pid: int = 0
+    resume: str = ""
+    """The command that continues the run."""
+
+    def describe(self, results: RunResults) -> str:
+        """One sentence: how it stopped, what finished, how to continue."""
+        who = f"pid {self.pid} on host {self.host}" if self.pid else "its process"
+        if self.how == "signal":
+            head = f"Interrupted by {self.signal} at {self.at} ({who})"
+        else:
+            head = f"Died without a word ({who}: SIGKILL, out of memory or a lost machine); last written {self.at}"
+        timed = sum(len(v.measured_requests) for v in results.variants)
+        return (
+            f"{head}, after phase {self.phase}; kept: phases {', '.join(results.phases_done) or 'none'}, "
+            f"{timed} timed request(s). Resume: {self.resume}"
+        )
 
 
 class TrialResult(_Model):
@@ -451,7 +486,12 @@ class RunResults(_Model):
     run_id: str
     created_at: str
     """UTC ISO-8601."""
-    status: Literal["running", "complete", "failed", "no_feasible"] = "running"
+    status: Literal["running", "complete", "failed", "no_feasible", "interrupted", "died"] = "running"
+    """`died` is never written: `report` and `--resume` read a `running` run whose process is gone as such."""
+    owner: dict[str, Any] | None = None
+    """The process running it (host, pid, since: `runlock.Owner`); None in files written before the run lock."""
+    stopped: RunStop | None = None
+    """How an unfinished run stopped (`interrupted`, `died`); None while it runs and once it finished."""
     phase: str = "start"
     """Last phase finished (`start` before the first; see `optimize.pipeline.PHASES`)."""
     phases_done: list[str] = Field(default_factory=list)
@@ -506,6 +546,31 @@ class RunResults(_Model):
     def notes_of(self, *kinds: NoteKind) -> list[Note]:
         """The notes of these kinds, in the order written."""
         return [note for note in self.notes if note.kind in kinds]
+
+
+def resume_command(run_dir: Path, results: RunResults) -> str:
+    """The command that continues the run in `run_dir` (with the manifest path it was started with)."""
+    out = str(results.config.get("out") or "")
+    tail = f" --out {shlex.quote(out)}" if out and out != DEFAULT_MANIFEST else ""
+    return f"runinfra-opt optimize --resume {shlex.quote(str(Path(run_dir).resolve()))}{tail}"
+
+
+def recognise_death(results: RunResults, results_file: Path) -> RunResults:
+    """A run whose results say `running` while no process holds its lock has died: mark it so (in memory)."""
+    run_dir = results_file.parent
+    if results.status != "running" or results.owner is None or holder(run_dir) is not None:
+        return results
+    written = datetime.fromtimestamp(results_file.stat().st_mtime, UTC)
+    results.status = "died"
+    results.stopped = RunStop(
+        how="died",
+        at=written.isoformat(timespec="seconds"),
+        phase=results.phase,
+        host=str(results.owner.get("host", "")),
+        pid=int(results.owner.get("pid", 0)),
+        resume=resume_command(run_dir, results),
+    )
+    return results
 
 
 def save_results(results: RunResults, path: Path) -> None:

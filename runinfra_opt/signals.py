@@ -17,13 +17,30 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from types import FrameType
 
+CANCEL_GRACE_S = 2.0
+"""Seconds a child (a vLLM server) gets to stop on SIGTERM once this process is being cancelled, before SIGKILL:
+the whole exit must fit a CI grace period (5 s is this tool's promise; docs/optimize.md, Faults)."""
+
+_cancelled: list[str] = []
+
 
 class Terminated(KeyboardInterrupt):
     """SIGTERM arrived: stop now, keeping what is finished (exit 143)."""
 
 
-def _raise_terminated(signum: int, frame: FrameType | None) -> None:
-    raise Terminated
+def cancelling() -> bool:
+    """True once SIGTERM or SIGINT has arrived in this process (children are then stopped with `CANCEL_GRACE_S`)."""
+    return bool(_cancelled)
+
+
+def raise_terminated(signum: int, frame: FrameType | None) -> None:
+    _cancelled.append("SIGTERM")
+    raise Terminated(f"signal {signum}")
+
+
+def _raise_interrupt(signum: int, frame: FrameType | None) -> None:
+    _cancelled.append("SIGINT")
+    raise KeyboardInterrupt
 
 
 @contextmanager
@@ -34,13 +51,14 @@ def cancellation() -> Iterator[None]:
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    previous_term = signal.signal(signal.SIGTERM, _raise_terminated)
+    previous_term = signal.signal(signal.SIGTERM, raise_terminated)
     previous_int = signal.getsignal(signal.SIGINT)
     if previous_int is not signal.SIG_IGN:
-        signal.signal(signal.SIGINT, signal.default_int_handler)
+        signal.signal(signal.SIGINT, _raise_interrupt)
     try:
         yield
     finally:
+        _cancelled.clear()
         # getsignal() gives None for a handler not installed from Python: leave that one as it is now.
         if previous_term is not None:
             signal.signal(signal.SIGTERM, previous_term)

@@ -30,10 +30,21 @@ INJECTED = (
 """`runinfra-opt` with a bug injected where `report` loads a run: an unexpected exception, not a domain error."""
 
 
-def _cli(*args: str, code: str | None = None, timeout: float = 600) -> subprocess.CompletedProcess[str]:
+def _cli(
+    *args: str, code: str | None = None, timeout: float = 600, max_file_bytes: int | None = None
+) -> subprocess.CompletedProcess[str]:
+    """The CLI in a subprocess; `max_file_bytes` caps the size of any file it writes (RLIMIT_FSIZE: a write
+    beyond fails with EFBIG, as one on a full disk fails with ENOSPC)."""
     head = ["-c", code] if code else ["-m", "runinfra_opt"]  # sys.argv[1:] is `args` either way
+
+    def limit() -> None:
+        import resource
+
+        if max_file_bytes is not None:
+            resource.setrlimit(resource.RLIMIT_FSIZE, (max_file_bytes, max_file_bytes))
+
     return subprocess.run(
-        [sys.executable, *head, *args], capture_output=True, text=True, timeout=timeout, check=False
+        [sys.executable, *head, *args], capture_output=True, text=True, timeout=timeout, check=False, preexec_fn=limit
     )
 
 
@@ -106,6 +117,16 @@ def engine_failed(tmp_path: Path, tiny_models: tuple[Path, Path]) -> subprocess.
     return result
 
 
+def write_failed(tmp_path: Path, tiny_models: tuple[Path, Path]) -> subprocess.CompletedProcess[str]:
+    # The run's results outgrow what the disk takes: one line, and the last results written stay readable.
+    result = _cli(*_optimize_args(tiny_models, tmp_path, 4), max_file_bytes=12_000)
+    assert result.stderr.strip().splitlines()[-1].startswith("error: cannot write "), result.stderr[-2000:]
+    assert "what was written before is intact" in result.stderr
+    assert "Traceback" not in result.stderr
+    assert load_results(tmp_path / "run" / "results.json").phases_done  # intact, with the phases it finished
+    return result
+
+
 def _cancelled(sig: signal.Signals) -> Callable[[Path, tuple[Path, Path]], subprocess.CompletedProcess[str]]:
     def scenario(tmp_path: Path, tiny_models: tuple[Path, Path]) -> subprocess.CompletedProcess[str]:
         return _cancel_and_resume(tmp_path, tiny_models, sig)
@@ -120,6 +141,7 @@ ROWS: dict[ExitCode, Callable[[Path, tuple[Path, Path]], subprocess.CompletedPro
     ExitCode.NO_FEASIBLE: no_feasible,
     ExitCode.GATE_FAILED: gate_failed,
     ExitCode.ENGINE_FAILED: engine_failed,
+    ExitCode.WRITE_FAILED: write_failed,
     ExitCode.INTERRUPTED: _cancelled(signal.SIGINT),
     ExitCode.TERMINATED: _cancelled(signal.SIGTERM),
 }
@@ -176,10 +198,18 @@ def _cancel_and_resume(
     assert f"{word}: what was finished is kept on disk" in stderr
     assert "Traceback" not in stderr
     kept = load_results(results_file)
-    assert kept.status == "running"
+    assert kept.status == "interrupted"
     assert kept.phase == "predict"  # confirmation had started and not finished
+    assert kept.stopped is not None
+    assert kept.stopped.signal == sig.name
+    assert kept.stopped.how == "signal"
     interrupted = [note.text for note in kept.notes_of("interrupted")]
-    assert interrupted == ["interrupted after phase predict; resume with --resume"]
+    assert interrupted == [f"interrupted by {sig.name} after phase predict"]
+    shown = _cli("report", str(tmp_path / "run"))
+    assert shown.returncode == 0, shown.stderr
+    line = " ".join(shown.stdout.split())  # unwrapped
+    assert f"No decision: Interrupted by {sig.name} at {kept.stopped.at}" in line
+    assert f"Resume: runinfra-opt optimize --resume {(tmp_path / 'run').resolve()} --out {tmp_path / 'm.yaml'}" in line
     before = _measured(kept)
     assert timed.items() <= before.items()  # everything seen finished before the signal is on disk, unchanged
     assert not (tmp_path / "m.yaml").exists()

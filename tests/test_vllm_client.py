@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from runinfra_opt.engine.vllm.client import CompletionRequest, parse_token, replay, request_body
@@ -98,3 +100,32 @@ def test_concurrency_overlaps_requests() -> None:
     assert all(r.success for r in results)
     assert serial > 4 * 3 * 0.2 * 0.9
     assert parallel < serial / 2
+
+
+def test_a_hung_server_fails_the_requests_in_flight_and_later_ones(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A server that stops answering (SIGSTOP, a deadlock): a socket that listens and never answers. The requests
+    in flight end as failed results once /health has failed HUNG_AFTER times in a row, not after the request
+    timeout; later requests fail at once."""
+    import asyncio
+    import socket
+
+    from runinfra_opt.engine.vllm import client as client_module
+
+    monkeypatch.setattr(client_module, "HEALTH_EVERY_S", 0.05)
+    monkeypatch.setattr(client_module, "HEALTH_TIMEOUT_S", 0.05)
+    with socket.socket() as hung:
+        hung.bind(("127.0.0.1", 0))
+        hung.listen(16)
+        url = f"http://127.0.0.1:{hung.getsockname()[1]}"
+
+        async def go() -> list[client_module.RequestResult]:
+            async with client_module.OpenAIClient(url, "k", "m") as client:
+                requests = [client_module.CompletionRequest(f"r{i}", 4, prompt=[1, 2]) for i in range(3)]
+                first = await client_module.run_requests(client, requests, concurrency=2)
+                return [*first, await client.complete(requests[0])]
+
+        start = time.monotonic()
+        results = asyncio.run(go())
+    assert time.monotonic() - start < 10
+    assert [r.success for r in results] == [False] * 4
+    assert all("stopped answering" in (r.error or "") for r in results)

@@ -6,6 +6,7 @@ pandas, ...): `runinfra-opt --help` must return in well under a second.
 
 from __future__ import annotations
 
+import errno
 import sys
 from collections.abc import Callable
 from functools import wraps
@@ -32,6 +33,9 @@ app = typer.Typer(
 
 F = TypeVar("F", bound=Callable[..., Any])
 
+WRITE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS})
+"""Errors of the machine's storage, not of runinfra-opt: one line and exit 6, never a traceback."""
+
 
 def handle_errors(func: F) -> F:
     """Map domain errors to one clear line on stderr and their exit code; never a traceback for user input.
@@ -46,6 +50,14 @@ def handle_errors(func: F) -> F:
             for line in str(exc).splitlines() or [type(exc).__name__]:
                 err_console.print(f"error: {line}", markup=False)
             raise typer.Exit(int(exc.exit_code)) from None
+        except OSError as exc:
+            if exc.errno not in WRITE_ERRNOS:
+                raise
+            where = f" {exc.filename}" if exc.filename else ""
+            err_console.print(
+                f"error: cannot write{where}: {exc.strerror}; what was written before is intact", markup=False
+            )
+            raise typer.Exit(int(ExitCode.WRITE_FAILED)) from None
         except Terminated:
             err_console.print("terminated (SIGTERM): what was finished is kept on disk", markup=False)
             raise typer.Exit(int(ExitCode.TERMINATED)) from None

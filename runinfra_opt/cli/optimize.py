@@ -47,6 +47,7 @@ from runinfra_opt.optimize.config import (
     OptimizeConfig,
 )
 from runinfra_opt.optimize.rundir import latest_left_note, moves_latest
+from runinfra_opt.results import DEFAULT_MANIFEST
 
 if TYPE_CHECKING:  # pragma: no cover
     from rich.progress import Progress, TaskID
@@ -255,7 +256,7 @@ def optimize(
         None, "--resume", help="Continue an interrupted run: its directory, run id or `latest`.", rich_help_panel=BUDGET
     ),
     out: Path = typer.Option(
-        Path("runinfra-manifest.yaml"), "--out", help="Where to write the manifest.", rich_help_panel=BUDGET
+        Path(DEFAULT_MANIFEST), "--out", help="Where to write the manifest.", rich_help_panel=BUDGET
     ),
     as_json: bool = typer.Option(False, "--json", help="Print the decision as JSON on stdout.", rich_help_panel=BUDGET),
     runs_root: Path = typer.Option(

@@ -16,6 +16,7 @@ from runinfra_opt.methods import get_method
 from runinfra_opt.methods import registry as method_registry
 from runinfra_opt.models import resolve_model
 from runinfra_opt.objective import DEFAULT_MIN_SPEEDUP, Objective
+from runinfra_opt.results import DEFAULT_MANIFEST
 
 Strategy = Literal["predictive", "exhaustive"]
 Executor = Literal["local", "ray"]
@@ -155,7 +156,7 @@ class OptimizeConfig:
     allow_tokenizer_mismatch: bool = False
     skip_too_long: bool = False
     run_dir: str | None = None
-    out: str = "runinfra-manifest.yaml"
+    out: str = DEFAULT_MANIFEST
     runs_root: str = str(DEFAULT_RUNS_ROOT)
     quick_cost: bool = False
     """Measure the cost model on fewer sizes (for tests and benchmarks on tiny models; not a CLI option)."""
@@ -342,7 +343,7 @@ class OptimizeConfig:
             engine=engine,
             engine_options=engine_registry.engine_options(engine, values),
             run_dir=str(values["run_dir"]) if values.get("run_dir") else None,
-            out=str(value("out", "runinfra-manifest.yaml")),
+            out=str(value("out", DEFAULT_MANIFEST)),
             runs_root=str(value("runs_root", DEFAULT_RUNS_ROOT)),
         )
         return cls(**kwargs)

@@ -32,6 +32,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import UTC, datetime
 
 from runinfra_opt.engine.protocol import Capability
 from runinfra_opt.fsutil import atomic_write_text
@@ -51,7 +52,8 @@ from runinfra_opt.optimize.phases import (
 )
 from runinfra_opt.optimize.rundir import open_run
 from runinfra_opt.optimize.state import Reporter, RunState, Silent
-from runinfra_opt.results import RunResults
+from runinfra_opt.results import RunResults, RunStop, resume_command
+from runinfra_opt.signals import Terminated
 
 
 @dataclass(frozen=True)
@@ -113,8 +115,6 @@ def run_optimize(
     `require_speedup`, a baseline win sets `decision.exit_code` to 4 (the caller exits with it); the results
     file and the manifest are complete either way."""
     opened = open_run(config, resume=resume)
-    if settings is not None and not opened.resumed:
-        atomic_write_text(opened.run_dir / SETTINGS_FILE, settings)
     state = RunState(
         config=opened.config,
         run_dir=opened.run_dir,
@@ -123,13 +123,13 @@ def run_optimize(
         resumed=opened.resumed,
     )
     try:
+        if settings is not None and not opened.resumed:
+            atomic_write_text(opened.run_dir / SETTINGS_FILE, settings)
         run_phases(state)
     except BaseException as exc:
         if state.results.status == "running":
             if isinstance(exc, KeyboardInterrupt):
-                state.results.add_note(
-                    f"interrupted after phase {state.results.phase}; resume with --resume", kind="interrupted"
-                )
+                _mark_interrupted(state, "SIGTERM" if isinstance(exc, Terminated) else "SIGINT")
             else:
                 state.results.status = "failed"
                 state.results.add_note(f"failed after phase {state.results.phase}: {exc}", kind="failed")
@@ -137,9 +137,29 @@ def run_optimize(
                 state.save()
         raise
     finally:
-        if state.engine is not None:
-            state.engine.close()
+        try:
+            if state.engine is not None:
+                state.engine.close()
+        finally:
+            opened.lock.release()
     return state.results
+
+
+def _mark_interrupted(state: RunState, signal: str) -> None:
+    """`status: interrupted`, with the signal, the time, what finished and the command that continues."""
+    results = state.results
+    owner = results.owner or {}
+    results.status = "interrupted"
+    results.stopped = RunStop(
+        how="signal",
+        signal=signal,
+        at=datetime.now(UTC).isoformat(timespec="seconds"),
+        phase=results.phase,
+        host=str(owner.get("host", "")),
+        pid=int(owner.get("pid", 0)),
+        resume=resume_command(state.run_dir, results),
+    )
+    results.add_note(f"interrupted by {signal} after phase {results.phase}", kind="interrupted")
 
 
 def run_phases(state: RunState, phases: tuple[Phase, ...] = PHASES) -> None:

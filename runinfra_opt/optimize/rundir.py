@@ -21,7 +21,15 @@ from runinfra_opt import __version__
 from runinfra_opt.errors import UserInputError
 from runinfra_opt.fsutil import atomic_write_text
 from runinfra_opt.optimize.config import OptimizeConfig
-from runinfra_opt.results import RESULTS_FILE, SCHEMA_VERSION, RunResults, load_results, resolve_run, save_results
+from runinfra_opt.results import (
+    RESULTS_FILE,
+    SCHEMA_VERSION,
+    RunResults,
+    load_results,
+    resolve_run,
+    save_results,
+)
+from runinfra_opt.runlock import RunBusy, RunLock
 
 COST_MODEL_FILE = "cost_model.json"
 
@@ -85,37 +93,33 @@ class OpenedRun:
     run_dir: Path
     results: RunResults
     resumed: bool
+    lock: RunLock
+    """Held while the run runs (`release` when it ends): `report` and `--resume` tell a live run by it."""
+
+
+def _lock(run_dir: Path, what: str) -> RunLock:
+    lock = RunLock(run_dir)
+    try:
+        lock.acquire()
+    except RunBusy as busy:
+        raise UserInputError(
+            f"{what}: the run is still running ({busy}); wait for it to end or stop it first"
+        ) from None
+    return lock
 
 
 def open_run(config: OptimizeConfig, *, resume: str | None = None) -> OpenedRun:
-    """Create the run directory and its results file, or reopen them for `--resume RUN`."""
+    """Create the run directory and its results file, or reopen them for `--resume RUN`; either way take the
+    run lock (a run that another process still runs is refused)."""
     runs_root = Path(config.runs_root)
     if resume:
         run_dir = resumed_run_dir(resume, runs_root)
-        results = load_results(run_dir / RESULTS_FILE)
-        if results.schema_version != SCHEMA_VERSION:
-            raise UserInputError(
-                f"--resume {resume}: {run_dir / RESULTS_FILE} was written by another runinfra-opt version "
-                f"(results schema {results.schema_version}, this one resumes {SCHEMA_VERSION}); start a new run "
-                "(`runinfra-opt report` still reads it)"
-            )
-        stored = OptimizeConfig.from_dict(results.config)
-        # Where to write the manifest may change on resume, and where the cluster is and what it may retry;
-        # nothing that decides what is measured may.
-        if stored.executor == "local" and config.executor == "ray":
-            raise UserInputError(
-                f"--resume {resume}: the run started with the local executor; resume it without --executor ray"
-            )
-        stored = stored.with_changes(
-            out=config.out,
-            runs_root=config.runs_root,
-            ray_address=config.ray_address or stored.ray_address,
-            trial_resources=config.trial_resources or stored.trial_resources,
-            max_retries=config.max_retries,
-        )
-        results.status = "running"
-        results.add_note(f"resumed at {datetime.now(UTC).isoformat(timespec='seconds')}")
-        return OpenedRun(stored, run_dir, results, resumed=True)
+        lock = _lock(run_dir, f"--resume {resume}")
+        try:
+            return _reopen(config, resume, run_dir, lock)
+        except BaseException:
+            lock.release()
+            raise
     if config.run_dir:
         run_dir = Path(config.run_dir)
         if (run_dir / RESULTS_FILE).exists():
@@ -123,15 +127,57 @@ def open_run(config: OptimizeConfig, *, resume: str | None = None) -> OpenedRun:
         run_dir.mkdir(parents=True, exist_ok=True)
     else:
         run_dir = new_run_dir(runs_root)
+    lock = _lock(run_dir, f"--run-dir {run_dir}")
     results = RunResults(
         tool_version=__version__,
         run_id=run_dir.name,
         created_at=datetime.now(UTC).isoformat(timespec="seconds"),
         config=config.to_dict(),
+        owner=lock.owner.to_dict() if lock.owner else None,
     )
-    save_results(results, run_dir / RESULTS_FILE)
+    try:
+        save_results(results, run_dir / RESULTS_FILE)
+    except BaseException:
+        lock.release()
+        raise
     if moves_latest(runs_root, run_dir):
         with contextlib.suppress(OSError):
             runs_root.mkdir(parents=True, exist_ok=True)
             point_latest(runs_root, run_dir)
-    return OpenedRun(config, run_dir, results, resumed=False)
+    return OpenedRun(config, run_dir, results, resumed=False, lock=lock)
+
+
+def _reopen(config: OptimizeConfig, resume: str, run_dir: Path, lock: RunLock) -> OpenedRun:
+    """The run in `run_dir` (whose lock this process now holds), ready to continue."""
+    results = load_results(run_dir / RESULTS_FILE)
+    if results.schema_version != SCHEMA_VERSION:
+        raise UserInputError(
+            f"--resume {resume}: {run_dir / RESULTS_FILE} was written by another runinfra-opt version "
+            f"(results schema {results.schema_version}, this one resumes {SCHEMA_VERSION}); start a new run "
+            "(`runinfra-opt report` still reads it)"
+        )
+    stored = OptimizeConfig.from_dict(results.config)
+    # Where to write the manifest may change on resume, and where the cluster is and what it may retry;
+    # nothing that decides what is measured may.
+    if stored.executor == "local" and config.executor == "ray":
+        raise UserInputError(
+            f"--resume {resume}: the run started with the local executor; resume it without --executor ray"
+        )
+    stored = stored.with_changes(
+        out=config.out,
+        runs_root=config.runs_root,
+        ray_address=config.ray_address or stored.ray_address,
+        trial_resources=config.trial_resources or stored.trial_resources,
+        max_retries=config.max_retries,
+    )
+    if results.status == "running" and results.owner is not None:
+        # This process holds the lock now: the one that wrote `running` is gone without a word.
+        results.add_note(
+            f"died without a word after phase {results.phase} (pid {results.owner.get('pid')} on host "
+            f"{results.owner.get('host')})",
+            kind="interrupted",
+        )
+    results.status, results.stopped = "running", None
+    results.owner = lock.owner.to_dict() if lock.owner else None
+    results.add_note(f"resumed at {datetime.now(UTC).isoformat(timespec='seconds')}")
+    return OpenedRun(stored, run_dir, results, resumed=True, lock=lock)

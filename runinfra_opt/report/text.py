@@ -110,7 +110,7 @@ def intro_lines(results: RunResults) -> list[str]:
     subsample = view.subsample_line(results)
     if subsample:
         lines.append(subsample)
-    if results.status in ("running", "failed"):
+    if results.status in ("running", "failed", "interrupted", "died"):
         lines.append(
             f"Note: this run is not complete (status {results.status}, last phase finished: {results.phase}); "
             "the figures are those written so far."

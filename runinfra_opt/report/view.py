@@ -186,6 +186,13 @@ def headline(results: RunResults) -> str:
             return "No feasible variant: not even the baseline satisfies the constraints (see why below)."
         if results.status == "failed":
             return f"No decision: the run failed after phase {results.phase} (see the notes)."
+        if results.stopped is not None:
+            return f"No decision: {results.stopped.describe(results)}"
+        if results.status == "running" and results.owner:
+            return (
+                f"No decision yet: still running (pid {results.owner.get('pid')} on host {results.owner.get('host')}, "
+                f"last phase finished: {results.phase})."
+            )
         return f"No decision yet: run status {results.status} (last phase finished: {results.phase})."
     if not decision.speculation:
         return f"Winner: {decision.winner} (no speculation)."

@@ -18,6 +18,12 @@ from typing import Any
 
 TOKEN_ID_PREFIX = "token_id:"
 DEFAULT_TIMEOUT_S = 600.0
+HEALTH_EVERY_S = 10.0
+HEALTH_TIMEOUT_S = 5.0
+HUNG_AFTER = 3
+"""While requests are in flight, `/health` is asked every `HEALTH_EVERY_S`; this many failures in a row (about
+45 s) mean the server hangs (stopped, deadlocked): the requests in flight and every later one fail at once
+instead of each waiting out `DEFAULT_TIMEOUT_S`."""
 
 
 @dataclass(frozen=True)
@@ -185,6 +191,10 @@ class OpenAIClient:
         self._timeout_s = timeout_s
         self._max_connections = max_connections
         self._http: Any = None
+        self.hung: str | None = None
+        """Why the server is judged hung (`HUNG_AFTER`); None while it answers."""
+        self._in_flight: set[asyncio.Task[Any]] = set()
+        self._watch: asyncio.Task[None] | None = None
 
     async def __aenter__(self) -> OpenAIClient:
         import httpx
@@ -198,10 +208,46 @@ class OpenAIClient:
         return self
 
     async def __aexit__(self, *exc: object) -> None:
+        if self._watch is not None:
+            self._watch.cancel()
         await self._http.aclose()
 
+    async def _watch_health(self) -> None:
+        """While requests are in flight, ask `/health`; after `HUNG_AFTER` failures in a row, cancel them."""
+        failures = 0
+        while self._in_flight:
+            await asyncio.sleep(HEALTH_EVERY_S)
+            try:
+                response = await self._http.get(self.base_url + "/health", timeout=HEALTH_TIMEOUT_S)
+                failures = 0 if response.status_code == 200 else failures + 1
+            except Exception:  # noqa: BLE001 (any failure to answer counts)
+                failures += 1
+            if failures >= HUNG_AFTER:
+                self.hung = f"the server stopped answering (/health failed {failures} times in a row)"
+                for task in list(self._in_flight):
+                    task.cancel()
+                return
+
     async def complete(self, request: CompletionRequest) -> RequestResult:
-        """Send one streaming request and time it; errors come back in the result."""
+        """Send one streaming request and time it; errors come back in the result (a hung server's too)."""
+        if self.hung:
+            return RequestResult(request.request_id, error=self.hung)
+        task = asyncio.current_task()
+        assert task is not None
+        self._in_flight.add(task)
+        if self._watch is None or self._watch.done():
+            self._watch = asyncio.ensure_future(self._watch_health())
+        try:
+            return await self._complete(request)
+        except asyncio.CancelledError:
+            if not self.hung:
+                raise
+            task.uncancel()  # cancelled by the watch, not by the caller: the request ends as a failed result
+            return RequestResult(request.request_id, error=self.hung)
+        finally:
+            self._in_flight.discard(task)
+
+    async def _complete(self, request: CompletionRequest) -> RequestResult:
         import httpx
 
         path = "/v1/chat/completions" if request.is_chat else "/v1/completions"

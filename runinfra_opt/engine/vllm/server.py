@@ -17,6 +17,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import os
+import re
 import secrets
 import shlex
 import signal
@@ -26,12 +27,12 @@ import sys
 import threading
 import time
 from pathlib import Path
-from types import FrameType, TracebackType
+from types import TracebackType
 from typing import Any
 
 from runinfra_opt.engine.vllm.args import ServerConfig
 from runinfra_opt.errors import EngineError
-from runinfra_opt.signals import Terminated
+from runinfra_opt.signals import CANCEL_GRACE_S, cancelling, raise_terminated
 
 API_SERVER_MODULE = "vllm.entrypoints.openai.api_server"
 HOST = "127.0.0.1"
@@ -41,6 +42,10 @@ DEFAULT_KVCACHE_GIB = 2
 """`VLLM_CPU_KVCACHE_SPACE` (GiB) when the user has not set it: ample for small models at 2k context, and
 small enough for several helpers on a 24 GiB machine (vLLM's own default reserves far more)."""
 LOG_TAIL_LINES = 15
+CAUSE_SEARCH_LINES = 80
+CAUSE_MAX_CHARS = 300
+_ERROR_LINE = re.compile(r"\b[\w.]*(?:Error|Exception)\b: .*")
+"""A Python exception's last traceback line (vLLM prefixes its log lines with the process and level)."""
 REDACTED = "<redacted>"
 
 
@@ -74,13 +79,27 @@ def _set_parent_death_signal() -> None:
 
 
 def _group_alive(pgid: int) -> bool:
+    """Whether a live process is left in the group. Zombies do not count: an engine-core child killed with its
+    parent waits as a zombie until PID 1 reaps it, which in a container may be never (seconds were lost here)."""
     try:
         os.killpg(pgid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
         return True
-    return True
+    proc = Path("/proc")
+    if not proc.is_dir():
+        return True
+    for entry in proc.iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if len(fields) > 2 and fields[2] == str(pgid) and fields[0] != "Z":
+            return True
+    return False
 
 
 _LIVE: set[VllmServer] = set()
@@ -172,15 +191,15 @@ class VllmServer:
         self._install_sigterm_handler()
         try:
             self.start()
-        except BaseException:
-            self.stop()
+        except BaseException as exc:
+            self.stop(cancelled=isinstance(exc, KeyboardInterrupt))
             raise
         return self
 
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
-        self.stop()
+        self.stop(cancelled=isinstance(exc, KeyboardInterrupt))
 
     def start(self) -> None:
         """Launch and wait until `/health` answers; raise ServerError (quoting the log) if it cannot."""
@@ -229,8 +248,7 @@ class VllmServer:
                 code = self.process.poll()
                 if code is not None:
                     raise ServerError(
-                        f"vLLM server exited during start-up (exit code {code}); log {self.log_path}, last lines:\n"
-                        + self.log_tail()
+                        f"vLLM server exited during start-up (exit code {code}): {self.cause()}; log {self.log_path}"
                     )
                 with contextlib.suppress(httpx.HTTPError):
                     if http.get(f"{self.base_url}/health").status_code == 200:
@@ -238,8 +256,8 @@ class VllmServer:
                         return
                 if time.perf_counter() > deadline:
                     raise ServerError(
-                        f"vLLM server not healthy after {self.startup_timeout_s:.0f} s; log {self.log_path}, "
-                        "last lines:\n" + self.log_tail()
+                        f"vLLM server not healthy after {self.startup_timeout_s:.0f} s (last logged: {self.cause()}); "
+                        f"log {self.log_path}"
                     )
                 time.sleep(0.5)
 
@@ -250,22 +268,24 @@ class VllmServer:
         """Raise ServerError (quoting the log) if the server has exited."""
         if self.process is not None and self.process.poll() is not None:
             raise ServerError(
-                f"vLLM server died (exit code {self.process.returncode}); log {self.log_path}, last lines:\n"
-                + self.log_tail()
+                f"vLLM server died (exit code {self.process.returncode}): {self.cause()}; log {self.log_path}"
             )
 
-    def stop(self) -> None:
-        """SIGTERM to the process group, SIGKILL after the grace period; returns when the group is gone."""
+    def stop(self, *, cancelled: bool = False) -> None:
+        """SIGTERM to the process group, SIGKILL after the grace period (`CANCEL_GRACE_S` when this process is
+        being cancelled: the exit must fit a CI grace period); returns when the group is gone."""
         process, self.process = self.process, None
         _LIVE.discard(self)
         self._restore_sigterm_handler()
         if process is None:
             return
+        grace = CANCEL_GRACE_S if cancelled or cancelling() else self.grace_s
         pgid = process.pid  # start_new_session: the server leads its own group
         self._signal_group(pgid, signal.SIGTERM)
-        deadline = time.monotonic() + self.grace_s
+        self._signal_group(pgid, signal.SIGCONT)  # a stopped (hung) server acts on SIGTERM only once continued
+        deadline = time.monotonic() + grace
         with contextlib.suppress(subprocess.TimeoutExpired):
-            process.wait(timeout=self.grace_s)
+            process.wait(timeout=grace)
         while _group_alive(pgid) and time.monotonic() < deadline:
             time.sleep(0.1)
         if process.poll() is None or _group_alive(pgid):
@@ -281,6 +301,16 @@ class VllmServer:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(pgid, sig)
 
+    def cause(self) -> str:
+        """The log's last error line (`SomeError: message`, a server's traceback ends with it), else its last
+        line: what a one-line message quotes."""
+        lines = [line.strip() for line in self.log_tail(CAUSE_SEARCH_LINES).splitlines() if line.strip()]
+        for line in reversed(lines):
+            found = _ERROR_LINE.search(line)
+            if found:
+                return found.group(0)[:CAUSE_MAX_CHARS]
+        return (lines[-1] if lines else "(empty log)")[:CAUSE_MAX_CHARS]
+
     def log_tail(self, lines: int = LOG_TAIL_LINES) -> str:
         try:
             text = self.log_path.read_text(encoding="utf-8", errors="replace")
@@ -292,11 +322,7 @@ class VllmServer:
     def _install_sigterm_handler(self) -> None:
         if threading.current_thread() is not threading.main_thread():
             return
-
-        def _raise(signum: int, frame: FrameType | None) -> None:
-            raise Terminated(f"signal {signum}")
-
-        self._previous_sigterm = signal.signal(signal.SIGTERM, _raise)
+        self._previous_sigterm = signal.signal(signal.SIGTERM, raise_terminated)
 
     def _restore_sigterm_handler(self) -> None:
         if self._previous_sigterm is None or threading.current_thread() is not threading.main_thread():

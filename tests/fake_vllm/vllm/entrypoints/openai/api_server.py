@@ -12,7 +12,9 @@ start, cycling (`max_tokens` tokens); the top-2 margin is 0.01 nats at output po
 elsewhere. Every chunk takes 10 ms (one decoding step). With `--speculative-config` it streams chunks of up
 to k + 1 tokens and counts drafts in /metrics as vLLM does. FAKE_VLLM_SPEC (servers with a speculative config
 only): `reject` (exits at start-up as vLLM does on a config it refuses); `diverge:N` (output token N
-differs); `die_after:N` (exits after N requests). FAKE_VLLM_BASE: the same modes for a server without one.
+differs); `die_after:N` (exits after N requests); after N requests (warm-ups count), `error500_after:N` (answers
+HTTP 500), `drop_after:N` (drops the connection after the first chunk), `stop_after:N` (SIGSTOPs its own process
+group: hung). FAKE_VLLM_BASE: the same modes for a server without one.
 Every completion served prints a line with their count to the log.
 
 FAKE_VLLM_STEP=batch makes a step cost grow with the batch, as verification does on a real server: with B
@@ -235,6 +237,16 @@ def main():
                 self.end_headers()
                 return
             body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            fault, _, after = spec_mode.partition("_after:")
+            if fault in ("error500", "drop", "stop") and counters["requests"] >= int(after):
+                if fault == "stop":  # hung: the whole server stops where it is, as under SIGSTOP
+                    os.killpg(os.getpgrp(), signal.SIGSTOP)
+                if fault == "error500":
+                    self.send_response(500)
+                    self.send_header("Content-Type", "application/json")
+                    self.end_headers()
+                    self.wfile.write(b'{"error": {"message": "Internal Server Error", "code": 500}}')
+                    return
             prompt = body["prompt"]
             n = int(body["max_tokens"])
             out = [prompt[i % len(prompt)] for i in range(n)]
@@ -249,6 +261,11 @@ def main():
             with lock:
                 in_flight[0] += 1
             try:
+                if fault == "drop" and counters["requests"] >= int(after):
+                    self.wfile.write(b'data: {"choices": [{"index": 0, "text": "x", "finish_reason": null}]}\n\n')
+                    self.wfile.flush()
+                    self.connection.shutdown(2)  # the connection drops mid-stream
+                    return
                 if engine is not None:
                     self._stream_steps(engine.submit(prompt, n, body.get("cache_salt"), out), out, body)
                 else:
