@@ -4,16 +4,19 @@ Runs `optimize --engine vllm --priority capacity` on a bundled workload (baselin
 default): every variant's capacity is predicted, each launched variant's is searched on its server. Right after
 the search on the baseline's server (the same launch), a dense sweep offers every `--step` of the searched knee
 from `--from` to `--to` (one run of the same requests per rate, arrivals as the search offers them, the same
-judge). Reported: each
-launched variant's measured capacity against its prediction (the prediction the search started from, and the
-re-fitted one), the sweep's knee against the search's, and the two wall times.
+judge) up to its first missed rate: its knee is the rate below, the rates above cannot move it, so its wall time
+is the least a dense sweep needs. Reported: each launched variant's measured capacity against its prediction (the
+prediction the search started from, and the re-fitted one), the sweep's knee against the search's, and the two
+wall times.
 
     .venv/bin/python benchmarks/capacity_search.py [--workload summarize] [--requests 12] [--max-tokens 32]
-        [--slo-ttft-ms 1500] [--slo-tpot-ms 150] [--attainment 0.9] [--lookahead 2] [--from 0.2 --to 1.5 --step 0.1]
+        [--slo-ttft-ms 1500] [--slo-tpot-ms 150] [--attainment 0.9] [--lookahead 2] [--from 0.5 --to 1.5 --step 0.1]
         [--out-dir DIR] [--keep]
 
 Needs `runinfra-opt engine install vllm`. The run directory and the sweep's records go to `--out-dir`; the figures
-to `--out-dir`/summary.json (`--keep`: benchmarks/results/capacity_search.json).
+to `--out-dir`/summary.json (`--keep`: benchmarks/results/capacity_search.json; for another workload than
+summarize, capacity_search-WORKLOAD.json). `--target` and `--vllm-python` (e.g. the stand-in server of
+tests/fake_vllm) as in `optimize`.
 """
 
 from __future__ import annotations
@@ -28,6 +31,22 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script:
 from benchmarks import summary  # noqa: E402
 
 
+class _Notes:
+    """Prints the run's notes (the plan, each rate's verdict) with the time, and nothing else."""
+
+    def phase(self, name: str, total: int | None, description: str) -> None:
+        print(time.strftime("%H:%M:%S"), "phase", name, flush=True)
+
+    def advance(self, label: str = "") -> None:
+        pass
+
+    def end_phase(self) -> None:
+        pass
+
+    def note(self, text: str) -> None:
+        print(time.strftime("%H:%M:%S"), text, flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--workload", default="summarize")
@@ -37,12 +56,14 @@ def main() -> None:
     parser.add_argument("--slo-tpot-ms", type=float, default=150.0)
     parser.add_argument("--attainment", type=float, default=0.9)
     parser.add_argument("--lookahead", default="2")
-    parser.add_argument("--from", dest="start", type=float, default=0.2, help="the sweep's lowest rate / the knee")
+    parser.add_argument("--target", default="default", help="the model (default: the bundled SmolLM2-135M)")
+    parser.add_argument("--vllm-python", help="the python that serves vLLM (default: the installed engine's)")
+    parser.add_argument("--from", dest="start", type=float, default=0.5, help="the sweep's lowest rate / the knee")
     parser.add_argument("--to", dest="stop", type=float, default=1.5, help="the sweep's highest rate / the knee")
     parser.add_argument("--step", type=float, default=0.1, help="the sweep's step / the knee")
     summary.add_output_options(parser, __file__)
     args = parser.parse_args()
-    out = summary.out_dir(args)
+    out = summary.out_dir(args) / "runs" / time.strftime("%Y%m%d-%H%M%S")  # a fresh run directory each time
 
     from runinfra_opt.load.store import RecordWriter, read_run
     from runinfra_opt.methods import BASELINE
@@ -59,6 +80,9 @@ def main() -> None:
         searched(state, variant)
         vc = state.variant_result(variant).capacity
         if variant.name != BASELINE.name or vc is None or vc.measured is None:
+            return
+        if vc.measured.value <= 0:
+            sweep.update(variant=variant.name, skipped=f"the search found no knee ({vc.status}): {vc.note}")
             return
         search_s = sum(level.wall_s or 0.0 for level in vc.levels)
         knee = vc.measured.value
@@ -81,6 +105,8 @@ def main() -> None:
             levels.append({"rate": rate, "passed": level.passed, "reason": level.reason,
                            "attained": level.attained, "wall_s": round(time.perf_counter() - t0, 2)})  # fmt: skip
             print(f"sweep {rate:g}/s: {'sustained' if level.passed else level.reason}", flush=True)
+            if not level.passed:
+                break  # the dense sweep's knee is the rate below its first miss: the rates above it cannot move it
         missed = [lv["rate"] for lv in levels if not lv["passed"]]
         high = min(missed) if missed else None
         sustained = [lv["rate"] for lv in levels if lv["passed"] and (high is None or lv["rate"] < high)]
@@ -103,7 +129,8 @@ def main() -> None:
     capacity.search = search_then_sweep  # type: ignore[assignment]
     config = OptimizeConfig.from_options(
         {
-            "engine": "vllm", "workload": args.workload, "priority": "capacity", "methods": ["vllm_ngram"],
+            "engine": "vllm", "target": args.target, "vllm_python": args.vllm_python, "workload": args.workload,
+            "priority": "capacity", "methods": ["vllm_ngram"],
             "lookahead": [args.lookahead], "ngram_max": ["3"], "confirm": 1, "load": "none", "repeats": "1",
             "max_requests": args.requests, "max_tokens": args.max_tokens, "slo_ttft_ms": args.slo_ttft_ms,
             "slo_tpot_ms": args.slo_tpot_ms, "slo_attainment": args.attainment, "budget_minutes": 60.0,
@@ -111,7 +138,7 @@ def main() -> None:
         }
     )  # fmt: skip
     started = time.perf_counter()
-    results = run_optimize(config)
+    results = run_optimize(config, reporter=_Notes())
     wall = time.perf_counter() - started
     variants = {}
     for vr in results.variants:
@@ -138,7 +165,9 @@ def main() -> None:
         "sweep": sweep,
         "run_wall_s": round(wall, 1),
     }
-    summary.write_summary(args, figures)
+    summary.write_summary(
+        args, figures, kept=None if args.workload == "summarize" else f"capacity_search-{args.workload}"
+    )
     for name, row in variants.items():
         print(name, row["predicted_at_search"], row["predicted_refitted"], row["measured"], row["status"])
     print("sweep", {k: v for k, v in sweep.items() if k != "levels"})
