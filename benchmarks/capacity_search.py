@@ -1,0 +1,177 @@
+"""Does the capacity search find the knee a dense rate sweep finds, in a fraction of its time?
+
+Runs `optimize --engine vllm --priority capacity` on a bundled workload (baseline and one n-gram variant by
+default): every variant's capacity is predicted, each launched variant's is searched on its server. Right after
+the search on the baseline's server (the same launch), a dense sweep offers every `--step` of the searched knee
+from `--from` to `--to` (one run of the same requests per rate, arrivals as the search offers them, the same
+judge) up to its first missed rate: its knee is the rate below, the rates above cannot move it, so its wall time
+is the least a dense sweep needs. Reported: each launched variant's measured capacity against its prediction (the
+prediction the search started from, and the re-fitted one), the sweep's knee against the search's, and the two
+wall times.
+
+    .venv/bin/python benchmarks/capacity_search.py [--workload summarize] [--requests 12] [--max-tokens 32]
+        [--slo-ttft-ms 1500] [--slo-tpot-ms 150] [--attainment 0.9] [--lookahead 2] [--from 0.5 --to 1.5 --step 0.1]
+        [--out-dir DIR] [--keep]
+
+Needs `runinfra-opt engine install vllm`. The run directory and the sweep's records go to `--out-dir`; the figures
+to `--out-dir`/summary.json (`--keep`: benchmarks/results/capacity_search.json; for another workload than
+summarize, capacity_search-WORKLOAD.json). `--target` and `--vllm-python` (e.g. the stand-in server of
+tests/fake_vllm) as in `optimize`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script: the repository's packages
+from benchmarks import summary  # noqa: E402
+
+
+class _Notes:
+    """Prints the run's notes (the plan, each rate's verdict) with the time, and nothing else."""
+
+    def phase(self, name: str, total: int | None, description: str) -> None:
+        print(time.strftime("%H:%M:%S"), "phase", name, flush=True)
+
+    def advance(self, label: str = "") -> None:
+        pass
+
+    def end_phase(self) -> None:
+        pass
+
+    def note(self, text: str) -> None:
+        print(time.strftime("%H:%M:%S"), text, flush=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--workload", default="summarize")
+    parser.add_argument("--requests", type=int, default=12)
+    parser.add_argument("--max-tokens", type=int, default=32)
+    parser.add_argument("--slo-ttft-ms", type=float, default=1500.0)
+    parser.add_argument("--slo-tpot-ms", type=float, default=150.0)
+    parser.add_argument("--attainment", type=float, default=0.9)
+    parser.add_argument("--lookahead", default="2")
+    parser.add_argument("--target", default="default", help="the model (default: the bundled SmolLM2-135M)")
+    parser.add_argument("--vllm-python", help="the python that serves vLLM (default: the installed engine's)")
+    parser.add_argument("--from", dest="start", type=float, default=0.5, help="the sweep's lowest rate / the knee")
+    parser.add_argument("--to", dest="stop", type=float, default=1.5, help="the sweep's highest rate / the knee")
+    parser.add_argument("--step", type=float, default=0.1, help="the sweep's step / the knee")
+    summary.add_output_options(parser, __file__)
+    args = parser.parse_args()
+    out = summary.out_dir(args) / "runs" / time.strftime("%Y%m%d-%H%M%S")  # a fresh run directory each time
+
+    from runinfra_opt.load.store import RecordWriter, read_run
+    from runinfra_opt.methods import BASELINE
+    from runinfra_opt.optimize import capacity
+    from runinfra_opt.optimize.config import OptimizeConfig
+    from runinfra_opt.optimize.pipeline import run_optimize
+
+    sweep: dict[str, Any] = {}
+    searched = capacity.search
+
+    def search_then_sweep(state: Any, variant: Any) -> None:
+        """The search as `optimize` runs it, then (baseline only) the dense sweep on the same server."""
+        started = time.perf_counter()
+        searched(state, variant)
+        vc = state.variant_result(variant).capacity
+        if variant.name != BASELINE.name or vc is None or vc.measured is None:
+            return
+        if vc.measured.value <= 0:
+            sweep.update(variant=variant.name, skipped=f"the search found no knee ({vc.status}): {vc.note}")
+            return
+        search_s = sum(level.wall_s or 0.0 for level in vc.levels)
+        knee = vc.measured.value
+        steps = round((args.stop - args.start) / args.step) + 1
+        levels = []
+        began = time.perf_counter()
+        for i in range(steps):
+            rate = float(f"{knee * (args.start + i * args.step):.3g}")
+            path = out / "sweep" / f"rate-{rate:g}.jsonl"
+            t0 = time.perf_counter()
+            with RecordWriter(path) as writer:
+                measured = state.engine.run_load(
+                    variant,
+                    capacity.offered(state, rate),
+                    state.requests,
+                    max_tokens=state.max_tokens,
+                    sink=writer,
+                )
+            level = capacity.judge(state, read_run(path), rate, measured.preemptions, measured.kv_cache_peak)
+            levels.append({"rate": rate, "passed": level.passed, "reason": level.reason,
+                           "attained": level.attained, "wall_s": round(time.perf_counter() - t0, 2)})  # fmt: skip
+            print(f"sweep {rate:g}/s: {'sustained' if level.passed else level.reason}", flush=True)
+            if not level.passed:
+                break  # the dense sweep's knee is the rate below its first miss: the rates above it cannot move it
+        missed = [lv["rate"] for lv in levels if not lv["passed"]]
+        high = min(missed) if missed else None
+        sustained = [lv["rate"] for lv in levels if lv["passed"] and (high is None or lv["rate"] < high)]
+        dense_knee = max(sustained) if sustained else 0.0
+        sweep.update(
+            variant=variant.name,
+            levels=levels,
+            knee=dense_knee,
+            first_missed=high,
+            wall_s=round(time.perf_counter() - began, 1),
+            search_levels=len(vc.levels),
+            search_wall_s=round(search_s, 1),
+            search_knee=knee,
+            search_interval=[vc.measured.low, vc.measured.high],
+            knee_agreement=knee / dense_knee - 1 if dense_knee else None,
+            wall_ratio=search_s / (time.perf_counter() - began),
+            search_and_sweep_s=round(time.perf_counter() - started, 1),
+        )
+
+    capacity.search = search_then_sweep  # type: ignore[assignment]
+    config = OptimizeConfig.from_options(
+        {
+            "engine": "vllm", "target": args.target, "vllm_python": args.vllm_python, "workload": args.workload,
+            "priority": "capacity", "methods": ["vllm_ngram"],
+            "lookahead": [args.lookahead], "ngram_max": ["3"], "confirm": 1, "load": "none", "repeats": "1",
+            "max_requests": args.requests, "max_tokens": args.max_tokens, "slo_ttft_ms": args.slo_ttft_ms,
+            "slo_tpot_ms": args.slo_tpot_ms, "slo_attainment": args.attainment, "budget_minutes": 60.0,
+            "run_dir": str(out / "run"), "out": str(out / "manifest.yaml"),
+        }
+    )  # fmt: skip
+    started = time.perf_counter()
+    results = run_optimize(config, reporter=_Notes())
+    wall = time.perf_counter() - started
+    variants = {}
+    for vr in results.variants:
+        vc = vr.capacity
+        if vc is None:
+            continue
+        measured = vc.measured.model_dump() if vc.measured else None
+        variants[vr.name] = {
+            "predicted_at_search": vc.search_start,
+            "predicted_refitted": vc.predicted,
+            "measured": measured,
+            "status": vc.status,
+            "levels": [(lv.rate, lv.passed, lv.reason) for lv in vc.levels],
+            "error_vs_search_start": vc.measured.value / vc.search_start - 1
+            if vc.measured and vc.search_start
+            else None,
+            "error_vs_refitted": vc.measured.value / vc.predicted - 1 if vc.measured and vc.predicted else None,
+            "note": vc.note,
+        }
+    figures = {
+        "decision": results.decision.reason if results.decision else None,
+        "capacity": results.capacity.model_dump() if results.capacity else None,
+        "variants": variants,
+        "sweep": sweep,
+        "run_wall_s": round(wall, 1),
+    }
+    summary.write_summary(
+        args, figures, kept=None if args.workload == "summarize" else f"capacity_search-{args.workload}"
+    )
+    for name, row in variants.items():
+        print(name, row["predicted_at_search"], row["predicted_refitted"], row["measured"], row["status"])
+    print("sweep", {k: v for k, v in sweep.items() if k != "levels"})
+
+
+if __name__ == "__main__":
+    main()
