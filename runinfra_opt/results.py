@@ -306,6 +306,14 @@ class LevelMetrics(_Strict):
     notes: list[str] = []
 
 
+class AddedPass(_Model):
+    """One more pass of a level whose decision was unclear (`optimize.passes`): the candidate's records and the
+    baseline's, timed beside it (relative to the run directory)."""
+
+    records: str
+    baseline_records: str
+
+
 class LevelResult(_Model):
     """One variant measured under one load level, on its own server (`optimize --engine vllm --load ...`)."""
 
@@ -319,6 +327,8 @@ class LevelResult(_Model):
     drafted_tokens: int | None = None
     accepted_tokens: int | None = None
     """The server's counters over the level (`/metrics` before and after)."""
+    added: list[AddedPass] = Field(default_factory=list)
+    """Passes added because the level's decision was unclear; `metrics` and `vs_baseline` pool every pass."""
     mismatched: int | None = None
     """Greedy outputs that differ from the baseline's batch-1 output; None: not checked (the vLLM engine asks
     for no log-probabilities under load, so it gets no token ids; losslessness is judged at batch 1)."""
@@ -400,6 +410,10 @@ class LoadSummary(_Model):
     schedule: KSchedule | None = None
     deploy_level: str | None = None
     """The level whose winner the manifest carries (the recorded load, `replay`, when measured)."""
+    passes: list[str] = Field(default_factory=list)
+    """What adding passes to unclear levels did (`optimize.passes`), one line per candidate and level."""
+    budget_ran_out: list[str] = Field(default_factory=list)
+    """The unclear levels where one more pass did not fit `--budget-minutes`."""
 
 
 class CapacityLevel(_Model):

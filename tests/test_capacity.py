@@ -57,12 +57,18 @@ def test_capacity_options_exit_2_with_one_line(runner: CliRunner, args: list[str
 # its outputs cycle their prompts, so n-gram drafts are mostly accepted: fewer steps per request) ---------------
 
 
+SCALE = 0.5
+"""The stand-in's step costs (tests/test_optimize_vllm_predict.py's `COST`), the SLOs and the recorded gaps, all
+times this: the same knees in steps and requests, reached in half the wall time (the tests mostly wait)."""
+FAST = {name: value if name == "bulk_after" else value * SCALE for name, value in COST.items()}
+
+
 def _rows(arrivals: bool = False) -> str:
     rows = [
         {"id": f"r{i}", "category": "copy", "prompt": f"request {i}: {PROMPTS[i % len(PROMPTS)]}"} for i in range(12)
     ]
     for i, row in enumerate(rows):
-        row.update({"arrival_s": i / 2} if arrivals else {})  # two requests a second: the stand-in keeps up
+        row.update({"arrival_s": i / 2 * SCALE} if arrivals else {})  # 2 requests/s unscaled: the stand-in keeps up
     return "".join(json.dumps(row) + "\n" for row in rows)
 
 
@@ -87,13 +93,13 @@ def _optimize(
 @pytest.fixture
 def table_server(fake_vllm: str, monkeypatch: pytest.MonkeyPatch) -> str:
     monkeypatch.setenv("FAKE_VLLM_STEP", "table")
-    monkeypatch.setenv("FAKE_VLLM_STEP_COST", json.dumps(COST))
+    monkeypatch.setenv("FAKE_VLLM_STEP_COST", json.dumps(FAST))
     return fake_vllm
 
 
-SLO = ("--slo-ttft-ms", "1000", "--slo-tpot-ms", "60", "--slo-attainment", "0.9")
-"""11 of the 12 requests within TTFT 1 s and TPOT 60 ms: the stand-in's baseline steps take 20 ms + 7 ms a
-sequence (its TPOT p95 is ~50 ms alone), so it misses the TPOT from a few in flight; n-gram drafts, mostly
+SLO = ("--slo-ttft-ms", f"{1000 * SCALE:g}", "--slo-tpot-ms", f"{60 * SCALE:g}", "--slo-attainment", "0.9")
+"""11 of the 12 requests within TTFT 1 s and TPOT 60 ms (x `SCALE`): the stand-in's baseline steps take 20 ms + 7 ms
+a sequence (x `SCALE`; its TPOT p95 is ~50 ms alone), so it misses the TPOT from a few in flight; n-gram drafts, mostly
 accepted, emit several tokens a step, so an n-gram variant carries more."""
 
 
@@ -136,7 +142,8 @@ def test_capacity_decides_by_servers_needed(
     assert results.decision is not None
     assert results.decision.winner == summary.winner
     assert results.decision.reason.startswith(
-        "By capacity (--priority capacity; 90% of requests within TTFT <= 1000 ms and TPOT <= 60 ms)"
+        f"By capacity (--priority capacity; 90% of requests within TTFT <= {1000 * SCALE:g} ms and TPOT <= "
+        f"{60 * SCALE:g} ms)"
     )
     winner = rows[summary.winner]
     base = rows["baseline"]

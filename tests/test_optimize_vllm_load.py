@@ -16,6 +16,7 @@ from runinfra_opt.load.store import read_run
 from runinfra_opt.methods import parse_variant_name
 from runinfra_opt.objective import Objective
 from runinfra_opt.optimize.underload import auto_levels, crossover_of, level_decision
+from runinfra_opt.report.load import summary_lines
 from runinfra_opt.results import (
     Interval,
     LevelMetrics,
@@ -378,3 +379,73 @@ def test_an_unsaturated_recorded_load_says_what_speculation_buys_there() -> None
         {"baseline": {"concurrency:4": (9.5, None)}, "vllm_ngram-m1-n3-k8": {"concurrency:4": (10.2, 1.02)}}
     )
     assert "keeps up" not in _decide(closed, "concurrency:4").reason
+
+
+def _passes_run(runner: CliRunner, python: str, target: Path, tmp_path: Path, *extra: str) -> tuple[Any, RunResults]:
+    result = _optimize(runner, python, target, _workload(tmp_path), tmp_path, "--load", "concurrency:2", *extra)
+    assert result.exit_code == 0, result.output
+    return result, load_results(tmp_path / "run" / "results.json")
+
+
+def test_an_unclear_level_gets_more_passes_each_paired_with_the_baseline_s(
+    runner: CliRunner, fake_vllm: str, tiny_models: tuple[Path, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("FAKE_VLLM_SPEC", "jitter")  # no gain, noisy: the ratio's interval straddles 1
+    _, results = _passes_run(runner, fake_vllm, tiny_models[0], tmp_path)
+    spec = results.variant("vllm_ngram-m1-n3-k2")
+    assert spec is not None
+    assert results.load is not None
+    lr = spec.load[0]
+    assert 1 <= len(lr.added) <= 3
+    assert lr.metrics.runs == 1 + len(lr.added)  # the level's figures pool every pass
+    assert lr.metrics.requests == len(PROMPTS) * (1 + len(lr.added))
+    run_dir = tmp_path / "run"
+    for added in lr.added:  # the candidate's pass and the baseline's beside it, both on disk, whole
+        for path in (added.records, added.baseline_records):
+            run = read_run(run_dir / path)
+            assert sorted(r.request_id for r in run.records) == [f"r{i}" for i in range(len(PROMPTS))]
+    base = results.variant("baseline")
+    assert base is not None
+    assert base.load[0].metrics.runs == 1
+    assert lr.vs_baseline is not None
+    (line,) = results.load.passes
+    assert line.startswith("vllm_ngram-m1-n3-k2 at concurrency:2: ")
+    assert "after one pass straddled 1.05" in line  # the default --min-speedup
+    if len(lr.added) < 3:  # it stopped before the limit: the interval cleared the threshold
+        assert not lr.vs_baseline.low <= 1.05 <= lr.vs_baseline.high
+        assert "clear" in line
+    else:
+        assert "the limit" in line or "clear" in line
+    assert results.load.budget_ran_out == []
+
+
+def test_a_clear_level_gets_no_more_passes(
+    runner: CliRunner, fake_vllm: str, tiny_models: tuple[Path, Path], tmp_path: Path
+) -> None:
+    _, results = _passes_run(runner, fake_vllm, tiny_models[0], tmp_path)
+    spec = results.variant("vllm_ngram-m1-n3-k2")
+    assert spec is not None
+    assert results.load is not None
+    gain = spec.load[0].vs_baseline
+    assert gain is not None
+    assert gain.low > 1.0
+    assert spec.load[0].added == []
+    assert spec.load[0].metrics.runs == 1
+    assert results.load.passes == []
+    assert results.load.budget_ran_out == []
+
+
+def test_an_unclear_level_says_when_the_budget_ran_out_first(
+    runner: CliRunner, fake_vllm: str, tiny_models: tuple[Path, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("FAKE_VLLM_SPEC", "jitter")
+    result, results = _passes_run(runner, fake_vllm, tiny_models[0], tmp_path, "--budget-minutes", "0.01")
+    spec = results.variant("vllm_ngram-m1-n3-k2")
+    assert spec is not None
+    assert results.load is not None
+    assert spec.load[0].added == []
+    (ran_out,) = results.load.budget_ran_out
+    assert ran_out.startswith("vllm_ngram-m1-n3-k2 at concurrency:2: ")
+    assert "does not fit" in ran_out
+    assert "does not fit the" in " ".join(result.stderr.split())  # said as it happened
+    assert f"--budget-minutes ran out before a level was clear: {ran_out}" in summary_lines(results)  # and at the end

@@ -10,6 +10,8 @@ at each level on its own server, and what the levels decide.
   as they complete (nothing of the level is held in memory: `runinfra_opt.load.store.RecordWriter`),
   the level's metrics (`runinfra_opt.load.level_metrics`) and its paired throughput ratio to the baseline at
   the same level into `VariantResult.load`, saved after each level (a resume runs only the missing levels).
+- **More passes** (`optimize.passes`): a level where a candidate's ratio interval straddles the threshold gets
+  more passes of it and the baseline, within `--budget-minutes`.
 - **Deciding** (`decide_levels`): per level, on measured figures only, among variants lossless at batch 1 and
   within the TTFT constraints at that level, the speculative variants are ranked by the run's `Objective` with
   the batch-1 decision's ranking (`objective.rank`, ties within 1% to the simpler variant,
@@ -159,6 +161,10 @@ def measure(state: RunState, variant: Variant) -> None:
         for note in metrics.notes:
             state.results.add_note(f"{variant.name} under load: {note}")
         state.save()
+        if ratio is not None:
+            from runinfra_opt.optimize.passes import settle
+
+            settle(state, variant, level, vr.load[-1])  # more passes while its decision is unclear
         state.reporter.advance(f"{variant.name} {level.name}")
 
 
@@ -186,7 +192,7 @@ def eligible(results: RunResults, vr: VariantResult) -> bool:
     return not (schedule is not None and vr.name == schedule.variant and not schedule.written)
 
 
-def _ratio_text(gain: Interval | None) -> str:
+def ratio_text(gain: Interval | None) -> str:
     return "no paired figure" if gain is None else f"{gain.value:.2f}x [{gain.low:.2f}, {gain.high:.2f}]"
 
 
@@ -285,7 +291,7 @@ def _by_throughput(
         )
     best_vr, best = ranked[0].result, ranked[0].level
     gain = best.vs_baseline
-    figures = f"{_tokens(best):.1f} vs {_tokens(base):.1f} tokens/s, {_ratio_text(gain)}"
+    figures = f"{_tokens(best):.1f} vs {_tokens(base):.1f} tokens/s, {ratio_text(gain)}"
     if objective.pays(gain):
         return LevelDecision(
             level=level, winner=best_vr.name, figure=figure, gain=gain, reason=f"{best_vr.name}: {figures}.{tail}"

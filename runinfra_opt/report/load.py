@@ -306,6 +306,8 @@ def summary_lines(results: RunResults) -> list[str]:
         parts.append(f"{d.level} {d.winner}{gain}")
     lines = ["Under load, winner per level (output tokens/s vs the baseline's): " + "; ".join(parts)] if parts else []
     lines += [f"Crossover: {text}" for text in crossover_lines(results)]
+    lines += [f"More passes: {text}" for text in load.passes if text not in load.budget_ran_out]
+    lines += [f"--budget-minutes ran out before a level was clear: {text}" for text in load.budget_ran_out]
     schedule = schedule_line(results)
     if schedule:
         lines.append(schedule[0].upper() + schedule[1:])

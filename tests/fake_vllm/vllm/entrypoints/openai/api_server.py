@@ -14,7 +14,8 @@ to k + 1 tokens and counts drafts in /metrics as vLLM does. FAKE_VLLM_SPEC (serv
 only): `reject` (exits at start-up as vLLM does on a config it refuses); `diverge:N` (output token N
 differs); `die_after:N` (exits after N requests); after N requests (warm-ups count), `error500_after:N` (answers
 HTTP 500), `drop_after:N` (drops the connection after the first chunk), `stop_after:N` (SIGSTOPs its own process
-group: hung). FAKE_VLLM_BASE: the same modes for a server without one.
+group: hung); `jitter` (no gain: one token a step, the requests' steps taking 6 and 18 ms in turn, so a ratio to
+the baseline is ~1 with a wide interval). FAKE_VLLM_BASE: the same modes for a server without one.
 Every completion served prints a line with their count to the log.
 
 FAKE_VLLM_STEP=batch makes a step cost grow with the batch, as verification does on a real server: with B
@@ -41,6 +42,7 @@ speculating engine's every step costs `spec_step` more per sequence in it (the p
 """
 
 import argparse
+import itertools
 import json
 import os
 import queue
@@ -207,6 +209,7 @@ def main():
     step_mode = os.environ.get("FAKE_VLLM_STEP", "")
     schedule = (spec or {}).get("num_speculative_tokens_per_batch_size") if step_mode == "batch" else None
     in_flight = [0]
+    served = itertools.count()
     lock = threading.Lock()
 
     def k_now(k_max):
@@ -269,7 +272,7 @@ def main():
                 if engine is not None:
                     self._stream_steps(engine.submit(prompt, n, body.get("cache_salt"), out), out, body)
                 else:
-                    self._stream(out, n, k_max)
+                    self._stream(out, n, 0 if spec_mode == "jitter" else k_max)
             finally:
                 with lock:
                     in_flight[0] -= 1
@@ -310,6 +313,7 @@ def main():
         def _stream(self, out, n, k_max):
             """The output in chunks: the first token alone (prefill), then up to k + 1 per step."""
             position, i = 0, 0
+            factor = (0.6 + 1.2 * (next(served) % 2)) if spec_mode == "jitter" else 1.0
             while i < n:
                 k = k_now(k_max) if i > 0 else 0
                 size = min(k + 1, n - i)
@@ -319,7 +323,7 @@ def main():
                     counters["draft_tokens"] += k
                     counters["accepted"] += size - 1
                 i += size
-                step = 0.01  # one decoding step per chunk: a verified chunk costs about a plain step
+                step = 0.01 * factor  # one decoding step per chunk: a verified chunk costs about a plain step
                 if step_mode.startswith("batch"):
                     step *= 1 + 0.05 * k * k * max(in_flight[0] - 1, 0)
                 time.sleep(step)
