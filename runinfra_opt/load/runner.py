@@ -249,7 +249,8 @@ async def run_level(
         finally:
             in_flight -= 1
         done = time.perf_counter() - start
-        await gate.close(request, result.output_text or "", done)
+        if request.session_id is not None:
+            await gate.close(request, result.output_text or "", done)
         record = _record(planned, due, sent, done, result)
         if keep_records:
             records.append(record)

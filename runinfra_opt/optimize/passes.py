@@ -27,7 +27,6 @@ from runinfra_opt.load import Concurrency, LevelRun, LoadLevel, level_metrics, t
 from runinfra_opt.load.store import RecordWriter, read_run
 from runinfra_opt.methods import BASELINE, Variant
 from runinfra_opt.optimize.state import RunState
-from runinfra_opt.optimize.underload import ratio_text
 from runinfra_opt.results import AddedPass, Interval, LevelResult
 
 MAX_ADDED_PASSES = 3
@@ -138,3 +137,7 @@ def settle(state: RunState, variant: Variant, level: LoadLevel, lr: LevelResult)
         summary.budget_ran_out.append(text)
     state.reporter.note(text)
     state.save()
+
+
+def ratio_text(gain: Interval | None) -> str:
+    return "no paired figure" if gain is None else f"{gain.value:.2f}x [{gain.low:.2f}, {gain.high:.2f}]"

@@ -44,6 +44,7 @@ from runinfra_opt.load import Concurrency, LevelRun, LoadLevel, Replay, level_me
 from runinfra_opt.load.store import RecordWriter, read_run
 from runinfra_opt.methods import BASELINE, Variant
 from runinfra_opt.objective import TIE, Objective
+from runinfra_opt.optimize import passes
 from runinfra_opt.optimize.select import simplicity_key
 from runinfra_opt.optimize.state import RunState
 from runinfra_opt.results import (
@@ -192,10 +193,6 @@ def eligible(results: RunResults, vr: VariantResult) -> bool:
     return not (schedule is not None and vr.name == schedule.variant and not schedule.written)
 
 
-def ratio_text(gain: Interval | None) -> str:
-    return "no paired figure" if gain is None else f"{gain.value:.2f}x [{gain.low:.2f}, {gain.high:.2f}]"
-
-
 @dataclass(frozen=True)
 class _Row:
     """A speculative variant's figures at one level, as `Objective.rank` reads them."""
@@ -291,7 +288,7 @@ def _by_throughput(
         )
     best_vr, best = ranked[0].result, ranked[0].level
     gain = best.vs_baseline
-    figures = f"{_tokens(best):.1f} vs {_tokens(base):.1f} tokens/s, {ratio_text(gain)}"
+    figures = f"{_tokens(best):.1f} vs {_tokens(base):.1f} tokens/s, {passes.ratio_text(gain)}"
     if objective.pays(gain):
         return LevelDecision(
             level=level, winner=best_vr.name, figure=figure, gain=gain, reason=f"{best_vr.name}: {figures}.{tail}"
