@@ -243,7 +243,7 @@ def test_resume_after_interruption_finishes_without_redoing_work(
     first = runner.invoke(app, args)
     assert first.exit_code == 130, first.output
     partial = load_results(tmp_path / "run" / "results.json")
-    assert partial.status == "running"
+    assert partial.status == "interrupted"
     done_before = list(calls)
     measured_before = {(v.name, r.request_id, r.repeat): r.e2e_s for v in partial.variants for r in v.measured_requests}
     assert partial.phase == ("plan" if interrupt_after == 1 else "predict")

@@ -330,7 +330,7 @@ def test_sigterm_on_the_driver_cancels_its_trials(
     code, err = _finish(driver, 120)
     assert code == 143, err
     results = load_results(run_dir)
-    assert results.status == "running"
+    assert results.status == "interrupted"
     assert any("interrupted" in note.text for note in results.notes)
     deadline = time.monotonic() + 60
     while set(_trial_workers()) & set(running) and time.monotonic() < deadline:
