@@ -301,9 +301,11 @@ async def _open_loop(schedule: Iterable[Planned], one: _One, start: float) -> No
             await asyncio.wait(set(pending))
         if failures:
             raise failures[0]
-    finally:
+    finally:  # nothing of the level outlives it
         for task in list(pending):
             task.cancel()
+        if pending:
+            await asyncio.wait(set(pending))
 
 
 async def _closed_loop(concurrency: int, schedule: Iterable[Planned], one: _One, start: float) -> None:
@@ -317,9 +319,10 @@ async def _closed_loop(concurrency: int, schedule: Iterable[Planned], one: _One,
     workers = [asyncio.create_task(worker()) for _ in range(concurrency)]
     try:
         await asyncio.gather(*workers)
-    finally:  # on an error (or cancellation) no worker may go on sending
+    finally:  # on an error (or cancellation) no worker may go on sending, nor outlive the level
         for task in workers:
             task.cancel()
+        await asyncio.wait(workers)
 
 
 def lateness_notes(run: LevelRun) -> list[str]:

@@ -246,6 +246,10 @@ class OpenAIClient:
             return RequestResult(request.request_id, error=self.hung)
         finally:
             self._in_flight.discard(task)
+            if not self._in_flight and self._watch is not None:  # the last request out stops the watch
+                watch, self._watch = self._watch, None
+                watch.cancel()
+                await asyncio.wait([watch])
 
     async def _complete(self, request: CompletionRequest) -> RequestResult:
         import httpx
