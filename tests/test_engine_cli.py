@@ -34,6 +34,13 @@ def _arctic_fails_to_build(monkeypatch: pytest.MonkeyPatch) -> None:
         return [[sys.executable, "-c", "print('CMake Error: nanobind not found'); raise SystemExit(1)"]]
 
     monkeypatch.setattr(arctic, "build_commands", failing)
+    real = arctic.missing_module
+
+    def without_arctic(python: str, module: str) -> str | None:
+        """Arctic Inference is not importable, whether or not the running environment has it."""
+        return f"`import {module}` fails" if module == arctic.MODULE else real(python, module)
+
+    monkeypatch.setattr(arctic, "missing_module", without_arctic)
 
 
 def test_a_failed_arctic_build_leaves_suffix_out_quoting_its_log(
