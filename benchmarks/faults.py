@@ -249,14 +249,15 @@ class Bench:
         self.resume(cell, run_dir, engine, load=load)
         return cell
 
-    def startup_cell(self, mode: str) -> Cell:
-        """SIGTERM while the (stand-in) server never becomes healthy; `stubborn` also ignores SIGTERM."""
+    def startup_cell(self, mode: str, *, resume: bool = True) -> Cell:
+        """SIGTERM while the (stand-in) server never becomes healthy; `stubborn` also ignores SIGTERM. With
+        `resume`, the run is then resumed and its decision compared with an undisturbed run's."""
         name = f"vllm-SIGTERM-start-up-{mode}"
         cell = Cell(name, "vllm (stand-in)", "SIGTERM" + (" (server ignores SIGTERM)" if mode == "stubborn" else ""),
                     "server start-up")  # fmt: skip
         run_dir = self.out / name
         shutil.rmtree(run_dir, ignore_errors=True)
-        env = dict(self.env, FAKE_VLLM_MODE=mode)
+        env = dict(self.env, FAKE_VLLM_MODE="stubborn_hang" if mode == "stubborn" else mode)
         proc = self.start(name, self.args("vllm", run_dir), env=env)
         deadline = time.monotonic() + 120
         while not list((run_dir / "servers").glob("*.log")) if (run_dir / "servers").exists() else True:
@@ -267,11 +268,13 @@ class Bench:
         sent = time.time()
         proc.send_signal(signal.SIGTERM)
         self.ended(cell, proc, sent, run_dir)
-        self.resume(cell, run_dir, "vllm")
+        if resume:
+            self.resume(cell, run_dir, "vllm")
         return cell
 
-    def server_fault_cell(self, spec_mode: str, what: str) -> Cell:
-        """The candidate's (stand-in) server misbehaves; the tool should go on, reporting that variant failed."""
+    def server_fault_cell(self, spec_mode: str, what: str, *, compare: bool = True) -> Cell:
+        """The candidate's (stand-in) server misbehaves; the tool should go on, reporting that variant failed.
+        With `compare`, the note names an undisturbed run's decision (one more run)."""
         name = f"vllm-server-{spec_mode.replace(':', '-')}"
         cell = Cell(name, "vllm (stand-in)", what, "confirm (candidate's server)")
         run_dir = self.out / name
@@ -288,9 +291,9 @@ class Bench:
             data = json.loads((run_dir / "results.json").read_text())
             failed = [launch["variant"] for launch in data.get("launches", []) if launch.get("error")]
             disq = [v["name"] for v in data["variants"] if v.get("disqualified")]
-            cell.note = f"failed launches {failed}, disqualified {disq}; the undisturbed run picks " + self.undisturbed(
-                "vllm"
-            )
+            cell.note = f"failed launches {failed}, disqualified {disq}"
+            if compare:
+                cell.note += "; the undisturbed run picks " + self.undisturbed("vllm")
         return cell
 
     def hung_server_cell(self) -> Cell:

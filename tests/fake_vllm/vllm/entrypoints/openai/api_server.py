@@ -4,7 +4,8 @@ port, and on SIGTERM it stops its child and exits, as vLLM does. The real server
 tests/test_vllm_e2e.py.
 
 FAKE_VLLM_MODE: ok (default); die (exits during start-up, leaving its child behind, as a crashed API
-server may); hang (never answers /health); stubborn (ignores SIGTERM, as does its child).
+server may); hang (never answers /health); stubborn (ignores SIGTERM, as does its child);
+stubborn_hang (both).
 
 It also serves `/v1/completions` (streamed, token-id prompts, `token_id:N` log-probabilities, usage) for the
 vLLM engine's tests (tests/test_optimize_vllm.py), deterministically: the output copies the prompt from its
@@ -183,11 +184,11 @@ def main():
     key_set = bool(os.environ.get("VLLM_API_KEY"))
     print(f"fake vLLM: model {args.model}, mode {mode}, api key set: {key_set}", flush=True)
 
-    ignore = "import signal; signal.signal(signal.SIGTERM, signal.SIG_IGN); " if mode == "stubborn" else ""
+    ignore = "import signal; signal.signal(signal.SIGTERM, signal.SIG_IGN); " if mode.startswith("stubborn") else ""
     child = subprocess.Popen([sys.executable, "-c", f"{ignore}import time; time.sleep(600)"])
     print(f"api server pid {os.getpid()}, engine core pid {child.pid}", flush=True)
 
-    if mode == "stubborn":
+    if mode.startswith("stubborn"):
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
     else:
 
@@ -201,7 +202,7 @@ def main():
     if mode == "die":
         print("RuntimeError: operator torchvision::nms does not exist", flush=True)
         sys.exit(1)
-    if mode == "hang":
+    if mode in ("hang", "stubborn_hang"):
         while True:
             time.sleep(1)
 
