@@ -352,13 +352,16 @@ def test_sigterm_during_server_start_up_exits_143_within_5_s(
 
 DRAFT_LOOKAHEAD = 3
 DRAFT_REQUESTS = [
-    "Summarize in one sentence: The city council voted on Tuesday to extend the library's opening hours to 9 pm on "
-    "weekdays, starting next month, after a survey showed that most students study in the evening.",
-    "Summarize in one sentence: A local bakery started delivering bread by bicycle this spring; the owner says "
-    "deliveries are faster in the narrow streets of the old town and cost less than a van.",
-    "Summarize in one sentence: The museum will close its east wing for three months to repair the roof, and the "
-    "paintings there will be shown in the main hall in the meantime.",
+    "Repeat the text word for word.\nText: The city council voted on Tuesday to extend the library's opening hours to "
+    "9 pm on weekdays, starting next month.\nRepeated text:",
+    "Repeat the text word for word.\nText: A local bakery started delivering bread by bicycle this spring; the owner "
+    "says deliveries are faster in the old town.\nRepeated text:",
+    "Repeat the text word for word.\nText: The museum will close its east wing for three months to repair the roof, "
+    "and the paintings will be shown in the main hall.\nRepeated text:",
 ]
+"""Copying, where the pair agrees at 0.97 of the positions (in-process, 24 tokens): the draft's gain on this server is
+then well beyond a few requests' noise. On one-sentence summaries the pair agrees at 0.80 and the draft's predicted
+gain here is about 5% (the draft's server step costs half the target's), which 3 requests cannot tell from noise."""
 
 
 @pytest.fixture(scope="module")
