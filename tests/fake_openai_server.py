@@ -3,8 +3,9 @@ against real vLLM servers, never instead of them). It streams what vLLM streams:
 `token_id:N` log-probability tokens, then a usage chunk, then `[DONE]`.
 
 Behaviour by prompt (or last chat message): "fail" -> HTTP 400 with an OpenAI error body; "drop" -> the
-connection closes mid-stream; "slow" -> 0.2 s between chunks; anything else -> three chunks 20 ms apart,
-the second carrying two tokens (as a speculative step would).
+connection closes mid-chunk; "cut" -> it closes after the first whole chunk (no `[DONE]`); "slow" -> 0.2 s
+between chunks; anything else -> three chunks 20 ms apart, the second carrying two tokens (as a speculative step
+would).
 """
 
 from __future__ import annotations
@@ -58,6 +59,8 @@ class _Handler(BaseHTTPRequestHandler):
         delay = 0.2 if prompt == "slow" else 0.02
         for index, (text, tokens) in enumerate(CHUNKS):
             time.sleep(delay)
+            if prompt == "cut" and index == 1:  # the connection closes between two whole chunks
+                return
             if prompt == "drop" and index == 1:
                 self.wfile.write(b'data: {"choices": [{"index": 0, "te')
                 self.wfile.flush()

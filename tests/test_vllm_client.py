@@ -68,18 +68,21 @@ def test_failures_are_data_not_exceptions() -> None:
         CompletionRequest("ok", 4, prompt="hi"),
         CompletionRequest("bad", 4, prompt="fail"),
         CompletionRequest("cut", 4, prompt="drop"),
+        CompletionRequest("short", 4, prompt="cut"),
     ]
     with fake_server() as (url, _):
-        results, _ = replay(url, API_KEY, "m", requests, concurrency=3)
+        results, _ = replay(url, API_KEY, "m", requests, concurrency=4)
         unauthorised, _ = replay(url, "wrong-key", "m", requests[:1])
-    ok, bad, cut = results
-    assert [r.request_id for r in results] == ["ok", "bad", "cut"]
+    ok, bad, cut, short = results
+    assert [r.request_id for r in results] == ["ok", "bad", "cut", "short"]
     assert ok.success
     assert not bad.success
     assert bad.status == 400
     assert "maximum context length" in (bad.error or "")
     assert not cut.success
     assert cut.error
+    assert not short.success  # whole chunks, then no [DONE]: a dropped stream, not a short answer
+    assert "ended before [DONE]" in (short.error or "")
     assert not unauthorised[0].success
     assert unauthorised[0].status == 401
     assert unauthorised[0].error == "Unauthorized"

@@ -259,6 +259,7 @@ class OpenAIClient:
         body = request_body(request, self.model)
         start = result.started_at = time.perf_counter()
         last: float | None = None
+        ended = False  # the server's `[DONE]`: a stream cut before it is a failed request, not a short answer
         try:
             async with self._http.stream("POST", self.base_url + path, json=body) as response:
                 result.status = response.status_code
@@ -273,6 +274,7 @@ class OpenAIClient:
                             continue
                         data = line[len("data:") :].strip()
                         if data == "[DONE]":
+                            ended = True
                             break
                         now = time.perf_counter()
                         chunk = json.loads(data)
@@ -295,6 +297,9 @@ class OpenAIClient:
             result.error = f"{type(exc).__name__}: {exc}"
             return result
         result.e2e_s = time.perf_counter() - start
+        if not ended:
+            result.error = "the stream ended before [DONE] (the connection dropped mid-stream)"
+            return result
         if result.ttft_s is None and result.output_tokens:
             result.error = "the stream carried no output chunks"
             return result
