@@ -7,8 +7,9 @@ mid-stream, or never becomes healthy; the disk filling up (a small tmpfs, mounte
 the file-size limit, RLIMIT_FSIZE, which fails writes the same way); a corrupt results file, cost cache or model on
 the next start; two `--resume`s of one run at once. For each cell it records the exit code, the seconds from the
 fault to the exit, the status `report` reads, the processes left behind (every process the cell started carries a
-marker in its environment), the finished records lost (those on disk when the fault struck that are missing
-after), and whether `optimize --resume` then reaches the decision of an undisturbed run on the same inputs.
+marker in its environment; counted once none is left, or 5 s after the exit), the finished records lost (those on
+disk when the fault struck that are missing after), and whether `optimize --resume` then reaches the decision of an
+undisturbed run on the same inputs.
 
 The in-process engine runs the tiny models of tests/tiny_models.py (the target and its draft, a variant clearly
 slower than the baseline, so that every complete run reaches the same decision); the vLLM engine runs the stand-in
@@ -161,9 +162,23 @@ class Bench:
             _, err = proc.communicate()
         return proc.returncode, err or "", time.time()
 
-    def left_behind(self, cell: str) -> int:
-        """Live processes whose environment carries this cell's marker (the tool, its servers, their children);
-        any found are killed after counting, so that the next cell starts clean."""
+    def left_behind(self, cell: str, grace_s: float = EXIT_LIMIT_S) -> int:
+        """Live processes whose environment carries this cell's marker (the tool, its servers, their children)
+        still there `grace_s` after the cell's process ended: a server whose tool was SIGKILLed is told to stop by
+        the kernel (its parent-death signal) and takes a moment to exit. Any found are then killed, so that the
+        next cell starts clean."""
+        deadline = time.monotonic() + grace_s
+        found = self._marked(cell)
+        while found and time.monotonic() < deadline:
+            time.sleep(0.1)
+            found = self._marked(cell)
+        for pid in found:
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+        return len(found)
+
+    @staticmethod
+    def _marked(cell: str) -> list[int]:
         needle = f"{MARKER}={cell}\0".encode()
         found = []
         for entry in Path("/proc").iterdir():
@@ -176,10 +191,7 @@ class Bench:
                         found.append(int(entry.name))
             except OSError:
                 continue
-        for pid in found:
-            with contextlib.suppress(OSError):
-                os.kill(pid, signal.SIGKILL)
-        return len(found)
+        return found
 
     def status(self, run_dir: Path) -> str:
         from runinfra_opt.errors import UserInputError
@@ -293,9 +305,10 @@ class Bench:
         if code == 0:
             cell.decision = self.decision(run_dir)
             data = json.loads((run_dir / "results.json").read_text())
-            failed = [launch["variant"] for launch in data.get("launches", []) if launch.get("error")]
+            failed = [v["name"] for v in data["variants"] if v.get("failed")]
+            failed += [launch["variant"] for launch in data.get("launches", []) if launch.get("error")]
             disq = [v["name"] for v in data["variants"] if v.get("disqualified")]
-            cell.note = f"failed launches {failed}, disqualified {disq}"
+            cell.note = f"failed {sorted(set(failed))}, disqualified {disq}"
             if compare:
                 cell.note += "; the undisturbed run picks " + self.undisturbed("vllm")
         return cell

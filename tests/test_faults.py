@@ -90,3 +90,18 @@ def test_a_truncated_model_is_one_line_not_a_traceback(bench: Bench) -> None:
     assert "cannot load model" in cell.note
     assert "traceback" not in cell.note
     assert cell.left_behind == 0
+
+
+def test_a_truncated_cost_cache_is_measured_again(tmp_path: Path) -> None:
+    """The benchmark's `corrupt-cost cache` cell, at its source: a truncated cache file reads as absent (the
+    forward costs are measured again and the file rewritten), never as an error."""
+    import json
+
+    from runinfra_opt.engine.hf.cost import COST_CACHE_VERSION, _read_cache
+
+    path = tmp_path / "costs.json"
+    text = json.dumps({"version": COST_CACHE_VERSION, "model": "m", "roles": {"self": []}})
+    path.write_text(text)
+    assert _read_cache(path) == json.loads(text)
+    path.write_text(text[: len(text) // 2])
+    assert _read_cache(path) is None
