@@ -15,7 +15,7 @@ from typing import Any
 
 from runinfra_opt.engine.vllm.args import ServerConfig
 from runinfra_opt.engine.vllm.client import OpenAIClient
-from runinfra_opt.engine.vllm.server import DEFAULT_STARTUP_TIMEOUT_S, VllmServer
+from runinfra_opt.engine.vllm.server import DEFAULT_STARTUP_TIMEOUT_S, VllmServer, stop_servers
 from runinfra_opt.errors import EngineError
 from runinfra_opt.fsutil import safe_name
 
@@ -148,10 +148,15 @@ class ServerPool:
             live.server.__exit__(None, None, None)
 
     def stop(self) -> None:
-        """Stop every running server (a held baseline's too)."""
-        live, kept = self.live, self.kept
+        """Stop every running server (a held baseline's too), together: one grace period for both."""
+        running = [live for live in (self.live, self.kept) if live is not None]
         self.live, self.kept = None, None
-        try:
-            self._stop(live)
-        finally:
-            self._stop(kept)
+        errors: list[BaseException] = []
+        for live in running:
+            try:
+                self.loop.run_until_complete(live.client.__aexit__(None, None, None))
+            except BaseException as exc:  # noqa: BLE001 (the servers are stopped first, then it is raised)
+                errors.append(exc)
+        stop_servers([live.server for live in running])
+        if errors:
+            raise errors[0]

@@ -26,6 +26,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -105,10 +106,35 @@ def _group_alive(pgid: int) -> bool:
 _LIVE: set[VllmServer] = set()
 
 
+def stop_servers(servers: Sequence[VllmServer], *, cancelled: bool = False) -> None:
+    """Stop servers together: SIGTERM to every group at once, one grace period for all (each its own, from the same
+    moment), then SIGKILL to what is left; returns when every group is gone. One after another, their grace periods
+    would add up: a baseline kept beside a candidate that ignore SIGTERM took 5.6 s to stop on cancellation."""
+    started = time.monotonic()
+    stopping: list[tuple[subprocess.Popen[bytes], float]] = []
+    for server in servers:
+        signalled = server._signal_stop(cancelled)
+        if signalled is not None:
+            stopping.append((signalled[0], started + signalled[1]))
+    for process, deadline in stopping:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            process.wait(timeout=max(0.0, deadline - time.monotonic()))
+        while _group_alive(process.pid) and time.monotonic() < deadline:
+            time.sleep(0.1)
+    left = [process for process, _ in stopping if process.poll() is None or _group_alive(process.pid)]
+    for process in left:
+        VllmServer._signal_group(process.pid, signal.SIGKILL)
+    for process in left:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            process.wait(timeout=10)
+        end = time.monotonic() + 10
+        while _group_alive(process.pid) and time.monotonic() < end:
+            time.sleep(0.1)
+
+
 @atexit.register
 def _stop_all() -> None:
-    for server in list(_LIVE):
-        server.stop()
+    stop_servers(list(_LIVE))
 
 
 class VllmServer:
@@ -274,27 +300,19 @@ class VllmServer:
     def stop(self, *, cancelled: bool = False) -> None:
         """SIGTERM to the process group, SIGKILL after the grace period (`CANCEL_GRACE_S` when this process is
         being cancelled: the exit must fit a CI grace period); returns when the group is gone."""
+        stop_servers([self], cancelled=cancelled)
+
+    def _signal_stop(self, cancelled: bool) -> tuple[subprocess.Popen[bytes], float] | None:
+        """SIGTERM (and SIGCONT) to the group; (the process, its grace period), or None when not running."""
         process, self.process = self.process, None
         _LIVE.discard(self)
         self._restore_sigterm_handler()
         if process is None:
-            return
+            return None
         grace = CANCEL_GRACE_S if cancelled or cancelling() else self.grace_s
-        pgid = process.pid  # start_new_session: the server leads its own group
-        self._signal_group(pgid, signal.SIGTERM)
-        self._signal_group(pgid, signal.SIGCONT)  # a stopped (hung) server acts on SIGTERM only once continued
-        deadline = time.monotonic() + grace
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            process.wait(timeout=grace)
-        while _group_alive(pgid) and time.monotonic() < deadline:
-            time.sleep(0.1)
-        if process.poll() is None or _group_alive(pgid):
-            self._signal_group(pgid, signal.SIGKILL)
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                process.wait(timeout=10)
-            end = time.monotonic() + 10
-            while _group_alive(pgid) and time.monotonic() < end:
-                time.sleep(0.1)
+        self._signal_group(process.pid, signal.SIGTERM)  # start_new_session: the server leads its own group
+        self._signal_group(process.pid, signal.SIGCONT)  # a stopped (hung) server acts on SIGTERM only once continued
+        return process, grace
 
     @staticmethod
     def _signal_group(pgid: int, sig: int) -> None:
