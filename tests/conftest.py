@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-# One torch thread per test process unless a test asks for more (`--threads N`): `make test` runs two workers on
+# One torch thread per test process unless a test asks for more (`--threads N`): `make test` runs three workers on
 # a 2-core machine, and two processes each running a 2-thread torch (or a Ray trial beside one) wait on each
 # other's descheduled threads at every parallel op: in the full suite of 2026-12-04 the Ray executor's structure
 # test took 211 s against 18 s alone, beside `optimize` on SmolLM2 with --threads 2. Set before torch is imported
@@ -52,7 +52,7 @@ GUARD_MODULE = "test_zz_isolation_guard.py"
 
 FIRST_MODULE = "test_vllm_e2e.py"
 """The real vLLM servers (~10 minutes, mostly one core compiling and serving): first, so that under
-`pytest -n 2 --dist loadfile` (make test) one worker runs them while the other runs the rest."""
+`pytest -n 3 --dist loadfile` (make test) one worker runs them while the others run the rest."""
 
 
 QUIET = "quiet"

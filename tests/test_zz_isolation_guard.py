@@ -1,6 +1,6 @@
 """The guard: the test suite changed nothing under the repository's `.runinfra/` (runs, `latest`, drafts) or
 in the user's runinfra-opt cache. conftest snapshots both before any test runs and moves this test last (under
-`pytest -n 2`, the last to start: the other worker may still be finishing its last test)."""
+`pytest -n 3`, the last to start: the other workers may still be finishing their last tests)."""
 
 from __future__ import annotations
 
