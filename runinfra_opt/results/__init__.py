@@ -3,6 +3,9 @@
 `optimize` writes it incrementally and atomically as figures are produced; every output (terminal table,
 markdown, HTML, CSV, manifest) is a pure function of it. Fields may be added in later minor versions;
 `SCHEMA_VERSION` changes only when a reader of an older version could misread the file.
+
+The run and its variants are here; serving under load is in `results.load`, capacity in `results.capacity`, what
+both are built from in `results.base`. Every model is importable from `runinfra_opt.results`.
 """
 
 from __future__ import annotations
@@ -13,11 +16,22 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import Field, ValidationError, field_validator
 
 from runinfra_opt.errors import UserInputError
 from runinfra_opt.fsutil import atomic_write_text
 from runinfra_opt.records import RequestRecord
+from runinfra_opt.results.base import Interval, _Model
+from runinfra_opt.results.capacity import CapacityLevel as CapacityLevel
+from runinfra_opt.results.capacity import CapacityRow as CapacityRow
+from runinfra_opt.results.capacity import CapacitySummary, VariantCapacity
+from runinfra_opt.results.load import AddedPass as AddedPass
+from runinfra_opt.results.load import Crossover as Crossover
+from runinfra_opt.results.load import KSchedule as KSchedule
+from runinfra_opt.results.load import LevelDecision as LevelDecision
+from runinfra_opt.results.load import LevelMetrics as LevelMetrics
+from runinfra_opt.results.load import LevelResult, LoadSummary, PredictedLevel
+from runinfra_opt.results.load import MeasuredWindow as MeasuredWindow
 from runinfra_opt.runlock import holder
 
 RESULTS_FILE = "results.json"
@@ -26,18 +40,6 @@ DEFAULT_MANIFEST = "runinfra-manifest.yaml"
 SCHEMA_VERSION = 2
 """2: the plan, the search space and the finished phases are fields of their own (1 kept them in `config`);
 `--resume` needs 2, `report` reads both."""
-
-
-class _Model(BaseModel):
-    model_config = ConfigDict(extra="allow")
-
-
-class Interval(_Model):
-    """A point estimate with a 95% interval (bootstrap over requests x repeats)."""
-
-    value: float
-    low: float
-    high: float
 
 
 class ModelInfo(_Model):
@@ -254,243 +256,6 @@ class TrialResult(_Model):
     wall_s: float | None = None
     """The trial's time on its worker: `setup_s` (opening the engine, warm-up) plus the timed runs."""
     setup_s: float | None = None
-
-
-# ---- serving under load (`--engine vllm --load ...`; `runinfra_opt.load` computes these) ----------------------
-
-
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-
-class MeasuredWindow(_Strict):
-    """The part of one run the throughput figures are measured over (seconds after the level's start)."""
-
-    start_s: float
-    end_s: float
-    warmup_requests: int
-    """Sends before the window (warm-up); 0 when the whole run is measured."""
-    steady: bool
-    """False: the run was too short to exclude warm-up and drain, so its whole span is measured."""
-
-    @property
-    def seconds(self) -> float:
-        return self.end_s - self.start_s
-
-
-class LevelMetrics(_Strict):
-    """One load level's serving figures (pooled over its runs)."""
-
-    level: str
-    description: str
-    runs: int
-    requests: int
-    succeeded: int
-    failed: int
-    windows: list[MeasuredWindow]
-    output_tokens_per_s: Interval | None
-    requests_per_s: float | None
-    ttft_s: dict[str, float]
-    tpot_s: dict[str, float]
-    itl_s: dict[str, float]
-    e2e_s: dict[str, float]
-    send_lag_s: dict[str, float]
-    late_requests: int
-    """Sends more than the runner's lateness threshold behind their planned time."""
-    peak_in_flight: int
-    slo_ttft_ms: float | None = None
-    slo_tpot_ms: float | None = None
-    goodput: Interval | None = None
-    """Share of the measured requests that succeeded within every SLO given (None: no SLO given)."""
-    goodput_requests_per_s: float | None = None
-    notes: list[str] = []
-
-
-class AddedPass(_Model):
-    """One more pass of a level whose decision was unclear (`optimize.passes`): the candidate's records and the
-    baseline's, timed beside it (relative to the run directory)."""
-
-    records: str
-    baseline_records: str
-
-
-class LevelResult(_Model):
-    """One variant measured under one load level, on its own server (`optimize --engine vllm --load ...`)."""
-
-    level: str
-    """The level's name (`replay`, `concurrency:4`, `rate:2`)."""
-    metrics: LevelMetrics
-    records: str | None = None
-    """The raw per-request records (JSON lines), relative to the run directory."""
-    vs_baseline: Interval | None = None
-    """Output tokens/s over the baseline's at this level (paired by repeat and schedule position)."""
-    drafted_tokens: int | None = None
-    accepted_tokens: int | None = None
-    """The server's counters over the level (`/metrics` before and after)."""
-    added: list[AddedPass] = Field(default_factory=list)
-    """Passes added because the level's decision was unclear; `metrics` and `vs_baseline` pool every pass."""
-    mismatched: int | None = None
-    """Greedy outputs that differ from the baseline's batch-1 output; None: not checked (the vLLM engine asks
-    for no log-probabilities under load, so it gets no token ids; losslessness is judged at batch 1)."""
-
-    @property
-    def acceptance_rate(self) -> float | None:
-        if not self.drafted_tokens or self.accepted_tokens is None:
-            return None
-        return self.accepted_tokens / self.drafted_tokens
-
-
-class PredictedLevel(_Model):
-    """One variant predicted under one load level by the serving-engine predictor (`optimize.serving`): `metrics`
-    as `level_metrics` measures a real run; `calibrated`: overheads fitted to the baseline's measured run there;
-    `vs_baseline`: predicted tokens/s over the baseline's predicted tokens/s."""
-
-    level: str
-    metrics: LevelMetrics
-    calibrated: bool
-    vs_baseline: float | None = None
-
-
-class LevelDecision(_Model):
-    """The winner at one load level, on measured figures (lossless variants only)."""
-
-    level: str
-    winner: str
-    figure: str
-    """What was ranked (`output tokens/s`, `goodput requests/s`, `TTFT p95`)."""
-    gain: Interval | None = None
-    """The winner's output tokens/s over the baseline's at this level."""
-    reason: str
-
-
-class Crossover(_Model):
-    """Where one speculative variant stops paying as concurrency grows (from its paired ratios to the baseline)."""
-
-    variant: str
-    method: str
-    status: Literal["crosses", "pays_everywhere", "never_pays", "unclear"]
-    concurrency: float | None = None
-    """The concurrency at which the ratio's point estimate falls to 1 (log-linear between measured levels)."""
-    low: float | None = None
-    high: float | None = None
-    """Where the ratio's 95% interval bounds cross 1 (None: that bound does not cross within the levels)."""
-    ratios: dict[str, Interval] = Field(default_factory=dict)
-    """Level -> the variant's throughput ratio to the baseline."""
-    text: str
-
-
-class KSchedule(_Model):
-    """A batch-size -> lookahead schedule (vLLM's `num_speculative_tokens_per_batch_size`), written to the
-    manifest only when measured as a variant of its own and found better than every fixed k it is built from."""
-
-    variant: str
-    """The schedule's variant name (measured like any other variant)."""
-    schedule: list[list[int]]
-    """[[first batch size, last batch size, k], ...] (inclusive ranges, from 1)."""
-    built_from: dict[str, str] = Field(default_factory=dict)
-    """Load level -> the fixed-k variant the choice rule picked there."""
-    verified: bool = False
-    """Measured at every level it covers and better than every fixed k there."""
-    written: bool = False
-    reason: str = ""
-
-
-class LoadSummary(_Model):
-    """What `--load` measured, and what it decided per load level."""
-
-    spec: str
-    levels: list[str]
-    time_scale: float = 1.0
-    burstiness: float = 1.0
-    slo_ttft_ms: float | None = None
-    slo_tpot_ms: float | None = None
-    requests_per_level: int = 0
-    decisions: list[LevelDecision] = Field(default_factory=list)
-    crossovers: list[Crossover] = Field(default_factory=list)
-    schedule: KSchedule | None = None
-    deploy_level: str | None = None
-    """The level whose winner the manifest carries (the recorded load, `replay`, when measured)."""
-    passes: list[str] = Field(default_factory=list)
-    """What adding passes to unclear levels did (`optimize.passes`), one line per candidate and level."""
-    budget_ran_out: list[str] = Field(default_factory=list)
-    """The unclear levels where one more pass did not fit `--budget-minutes`."""
-
-
-class CapacityLevel(_Model):
-    """One offered rate of a capacity search: what the server attained there, and whether it sustained it."""
-
-    rate: float
-    """Offered requests/s."""
-    requests: int
-    attained: float | None = None
-    """The share of requests that succeeded within every SLO (None without an SLO)."""
-    ttft_s: dict[str, float] = Field(default_factory=dict)
-    tpot_s: dict[str, float] = Field(default_factory=dict)
-    kept_up: bool = True
-    """The queue did not grow through the window, nothing failed, nothing was preempted."""
-    passed: bool = False
-    reason: str = ""
-    """Why the rate was missed (empty when sustained)."""
-    preemptions: int | None = None
-    kv_cache_peak: float | None = None
-    """The highest KV-cache usage (0-1) the server reported during the level."""
-    records: str | None = None
-    wall_s: float | None = None
-
-
-class VariantCapacity(_Model):
-    """A variant's capacity: predicted (every predictable variant), then searched on its server (launched ones)."""
-
-    predicted: float | None = None
-    """The serving predictor's highest sustained rate, with the latest calibration."""
-    search_start: float | None = None
-    """The predicted rate the search started at (the prediction before this variant was measured)."""
-    measured: Interval | None = None
-    """The highest rate sustained (value and low) and the lowest missed above it (high)."""
-    status: Literal["bracketed", "at_least", "below", "stopped"] | None = None
-    levels: list[CapacityLevel] = Field(default_factory=list)
-    note: str | None = None
-
-
-class CapacityRow(_Model):
-    """One variant in the capacity decision."""
-
-    variant: str
-    capacity: float
-    low: float | None = None
-    high: float | None = None
-    source: Literal["measured", "predicted"]
-    servers: int | None = None
-    headroom: float | None = None
-    """Spare share of the target rate the servers carry (servers x capacity / target - 1)."""
-    cost_per_hour: float | None = None
-    cost_per_million_tokens: float | None = None
-    eligible: bool = True
-    why_not: str | None = None
-
-
-class CapacitySummary(_Model):
-    """What capacity was searched against and how (`optimize.capacity`), and the decision by it."""
-
-    criterion: Literal["slo", "saturation"]
-    """slo: the attainment of the SLOs; saturation: the server keeps up (no SLO given)."""
-    why: str
-    """Why capacity decides: `--priority capacity`, or throughput at a recorded load that does not saturate."""
-    slo_ttft_ms: float | None = None
-    slo_tpot_ms: float | None = None
-    attainment: float = 0.99
-    target_rate: float | None = None
-    target_source: str | None = None
-    arrivals: str = "poisson"
-    tolerance: float = 0.1
-    max_levels: int = 6
-    requests_per_level: int = 0
-    server_cost_per_hour: float | None = None
-    plan: list[str] = Field(default_factory=list)
-    budget_ran_out: list[str] = Field(default_factory=list)
-    rows: list[CapacityRow] = Field(default_factory=list)
-    winner: str | None = None
-    reason: str | None = None
 
 
 class RunResults(_Model):
