@@ -127,13 +127,20 @@ def isolated_cache(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest
 
 @pytest.fixture(scope="session")
 def _session_models(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The converted models' directory, one for the whole run: under xdist every worker shares it (their base
+    temporary directories are siblings), so that SmolLM2 is converted once per run, not once per worker (about a
+    minute of a core each time)."""
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        path = tmp_path_factory.getbasetemp().parent / "shared-models"
+        path.mkdir(exist_ok=True)
+        return path
     return tmp_path_factory.mktemp("shared-models")
 
 
 @pytest.fixture
 def shared_model_cache(isolated_cache: Path, _session_models: Path) -> Path:
-    """Share converted models (only those) across the session: the test's `<cache>/models` links to one
-    session directory. Conversions are keyed by the GGUF's sha256 and written under a file lock, so sharing
+    """Share converted models (only those) across the run: the test's `<cache>/models` links to one
+    directory (`_session_models`). Conversions are keyed by the GGUF's sha256 and written under a file lock, so sharing
     them cannot change a result; cost models, teacher data and runs stay per test."""
     isolated_cache.mkdir(parents=True, exist_ok=True)
     (isolated_cache / "models").symlink_to(_session_models, target_is_directory=True)
