@@ -418,10 +418,14 @@ def test_a_draft_variant_is_predicted_launched_and_faster_than_the_baseline(
         "Servers: 3 launched (1 baseline, 1 candidate(s), 1 draft alone) for 3 variants; 2 speculative variant(s) "
         "predicted from the baseline's server."
     )
-    # measured faster than the baseline (paired with it), lossless, and near its prediction (3 short requests)
+    # measured faster than the baseline (paired with it), lossless, and near its prediction (3 short requests). The
+    # gain, not tokens/s: the prediction comes from tables measured minutes before the timing, and the other test
+    # workers' load moves both servers' speed between the two (tokens/s 26% below its prediction in one full suite,
+    # the paired gain 15% below); the ratio to the baseline timed beside it is what the ranking used.
     assert best.measured is not None
     assert best.disqualified is None
     assert best.measured.speedup is not None
     assert best.measured.speedup.value > 1.0
     assert best.predicted is not None
-    assert best.predicted.tokens_per_s == pytest.approx(best.measured.tokens_per_s, rel=0.25)
+    assert best.predicted.speedup is not None
+    assert best.predicted.speedup.value == pytest.approx(best.measured.speedup.value, rel=0.25)
