@@ -282,7 +282,7 @@ def test_bench_on_the_vllm_engine(
 ) -> None:
     args = ["bench", "--engine", "vllm", "--vllm-python", fake_vllm, "--target", str(tiny_models[0])]
     args += ["--workload", str(workload), "--method", "vllm_ngram", "--lookahead", "3", "--ngram-min", "2"]
-    args += ["--ngram-max", "4", "--vs-baseline", "--max-tokens", "10", "--json"]
+    args += ["--ngram-max", "4", "--vs-baseline", "--max-tokens", "32", "--json"]
     result = runner.invoke(app, args, catch_exceptions=False)
     assert result.exit_code == 0, result.output
     data = json.loads(result.stdout)
