@@ -69,6 +69,7 @@ def need_arctic(module: str) -> Any:
             pytest.fail(f"{module} is missing although `engine install vllm` ran (make test): its build failed")
         pytest.skip("built by `engine install vllm` (make test)")
 
+
 def test_a_missing_module_is_one_line_naming_the_remedy() -> None:
     problem = arctic.missing_module(sys.executable, "no_such_module_here")
     assert problem is not None
@@ -94,6 +95,37 @@ def test_the_simulation_drafts_from_earlier_responses() -> None:
     assert sim([(list(range(300, 310)), output)])[0] == 4
 
 
+def test_a_last_pass_past_max_tokens_is_counted_and_cached_as_the_server_does() -> None:
+    # vLLM's last step of a request may accept drafted tokens past `max_tokens`: it counts them and keeps them in
+    # its suffix cache before the output is cut. The replay does the same as far as the greedy tokens past the
+    # output (the continuation) are known, and says when a count is only a lower bound.
+    need_arctic("arctic_inference.suffix_decoding")
+    variant = parse_variant_name("suffix-d24-f1-p0.1-k8")
+    text = list(range(5, 45))
+    prompt = [*range(100, 120), *text, *range(200, 210)]  # the answer copies the text from the prompt
+    output, past = text[:16], text[16:25]
+
+    def sim(continuation: list[int]) -> tuple[int, int, int, list[int]]:
+        r = METHOD.simulate(variant, SimInput(prompt, output, [2], 2048, serving=True, continuation=continuation))
+        return r.target_passes, r.drafted, r.accepted, r.chunks
+
+    # The last pass proposes 8 tokens at the 16th: all 8 match the text, 1 of them inside the output.
+    assert sim([]) == (5, 19, 12, [1, 2, 4, 8, 9])
+    assert sim(past) == (5, 19, 19, [1, 2, 4, 8, 9])
+    # What the overrun put in the global tree drafts a later request with another prompt further.
+    later = text[:30]
+    without = METHOD.simulate(variant, SimInput(range(300, 310), later, [2], 2048, serving=True,
+                                                earlier=[(prompt, output)]))  # fmt: skip
+    with_past = METHOD.simulate(variant, SimInput(range(300, 310), later, [2], 2048, serving=True,
+                                                  earlier=[(prompt, output, past)]))  # fmt: skip
+    assert (without.target_passes, without.accepted) == (18, 12)
+    assert (with_past.target_passes, with_past.accepted) == (11, 19)
+    # transformers drafts nothing past `max_length`: a continuation changes nothing there.
+    assert METHOD.simulate(variant, SimInput(prompt, output, [2], len(prompt) + 16, continuation=past)) == (
+        METHOD.simulate(variant, SimInput(prompt, output, [2], len(prompt) + 16))
+    )
+
+
 def test_each_timed_pass_of_a_suffix_variant_gets_a_fresh_server(
     runner: CliRunner, fake_vllm: str, tiny_models: tuple[Path, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -116,6 +148,9 @@ def test_each_timed_pass_of_a_suffix_variant_gets_a_fresh_server(
     results = load_results(run_dir / "results.json")
     launched = [launch["variant"] for launch in results.launches]
     assert launched.count("baseline") == 1
+    # the baseline server's greedy tokens past each output, k + 1 of them (what a last pass can accept past it)
+    baseline = {r["request_id"]: r["output_ids"] for r in results.profile["baseline"]}
+    assert {rid: len(past) for rid, past in results.profile["continuation"].items()} == dict.fromkeys(baseline, 5)
     suffix = results.variant("suffix-d24-f1-p0.1-k4")
     assert suffix is not None
     # repeat 1, repeat 2, concurrency:2, and each pass added to the level if its ratio was unclear (optimize.passes)

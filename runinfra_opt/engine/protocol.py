@@ -163,6 +163,11 @@ class LoadServer(Protocol):
         `sink` every record goes to it as it completes and the run keeps none (bounded memory)."""
         ...
 
+    def greedy_continuation(self, request: Request, produced: int, extra: int) -> list[int]:
+        """The baseline server's greedy output of `request`, `produced` + `extra` tokens long, past any EOS
+        (untimed): what a speculative server's last step may accept past the output's end."""
+        ...
+
 
 class StepCosts(Protocol):
     """A step-cost measurement: the table, and what it was made from (`to_dict`, for the results)."""

@@ -54,6 +54,10 @@ class CandidateSearch:
         return f"search:{self.method}"
 
 
+Served = tuple[Sequence[int], Sequence[int]] | tuple[Sequence[int], Sequence[int], Sequence[int]]
+"""A request a server answered: (prompt ids, output ids), with the greedy tokens past the output when known."""
+
+
 @dataclass(frozen=True)
 class SimInput:
     """What a simulator needs about one request: the prompt and the baseline's output as token ids, the
@@ -70,9 +74,14 @@ class SimInput:
     serving: bool = False
     """Simulate a serving engine's loop (vLLM: the prefill drafts nothing, the drafter proposes after every target
     pass) instead of transformers' assisted generation, for methods whose loop differs between the two."""
-    earlier: Sequence[tuple[Sequence[int], Sequence[int]]] = ()
-    """(prompt ids, output ids) of the requests the same server answered before this one, in order (its warm-up
-    included): what a method that drafts from earlier traffic (suffix decoding) has seen."""
+    earlier: Sequence[Served] = ()
+    """(prompt ids, output ids[, continuation]) of the requests the same server answered before this one, in order
+    (its warm-ups included): what a method that drafts from earlier traffic (suffix decoding) has seen."""
+    continuation: Sequence[int] = ()
+    """The target's greedy tokens past `output_ids` (past `max_tokens`, or past an EOS), as far as they are known:
+    what a serving engine's last pass may accept beyond the output, count and keep in its cache."""
+    server_max_len: int | None = None
+    """A serving engine's `max_model_len`: where it caps a proposal (vLLM does not cap one at `max_tokens`)."""
 
 
 @dataclass(frozen=True)

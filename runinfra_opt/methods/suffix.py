@@ -89,20 +89,24 @@ class SuffixServer:
         return proposal[:cut]
 
     def serve(
-        self, prompt_ids: Sequence[int], output_ids: Sequence[int], *, drafts_first: bool = False,
-        eos: Collection[int] = (),
+        self, prompt_ids: Sequence[int], output_ids: Sequence[int], *, continuation: Sequence[int] = (),
+        drafts_first: bool = False, eos: Collection[int] = (),
     ) -> ProposerRun:  # fmt: skip
         """Replay one request. vLLM (default): the prefill yields the first token, every step adds the tokens it
         produced and proposes from the context, the next step verifies; the last step's tokens are added too,
-        its proposal never verified. transformers (`drafts_first`): candidates are drafted before every target
-        pass, the prefill's included, cut before an EOS and at `max_model_len` - 1 (there: the request's
-        `max_length`)."""
+        its proposal never verified. That last step may accept drafted tokens past the output (past
+        `max_tokens`): the server counts them and adds them to the cache before the output is cut, and so does
+        the replay, as far as `continuation` (the target's greedy tokens past the output) reaches; beyond it the
+        count is a lower bound (`last_pass_lower_bound`). transformers (`drafts_first`): candidates are drafted
+        before every target pass, the prefill's included, cut before an EOS and at `max_model_len` - 1 (there:
+        the request's `max_length`), so nothing passes the output."""
         sim = ProposerRun()
         req_id = self.start(prompt_ids)
         produced = len(output_ids)
+        known = [int(t) for t in output_ids] if drafts_first else [*map(int, output_ids), *map(int, continuation)]
         context = [int(t) for t in prompt_ids]
         done = 0
-        step: list[int] = [] if drafts_first or not produced else [int(output_ids[0])]
+        step: list[int] = [] if drafts_first or not produced else [known[0]]
         if step:
             sim.target_passes = 1
         while produced:
@@ -115,8 +119,8 @@ class SuffixServer:
                 proposal = self.propose(req_id, context, self.max_model_len - len(context) - 1, eos)
             if done >= produced:
                 return sim
-            accepted = sim.verify(proposal, output_ids, done)
-            step = [int(t) for t in output_ids[done : min(done + accepted + 1, produced)]]
+            accepted = sim.verify(proposal, known, done)
+            step = known[done : done + accepted + 1]
         return sim
 
     def candidate_generator(self, prompt_ids: Sequence[int], eos: Collection[int], max_length: int) -> Any:
@@ -234,14 +238,13 @@ class Suffix(SpecMethod):
     def simulate(self, variant: Variant, sim: SimInput) -> SimResult:
         """At batch 1, after the server answered `sim.earlier` in order (their responses are in its global tree)."""
         depth, factor, prob = params(variant)
-        server = SuffixServer(
-            k=variant.lookahead, depth=depth, factor=factor, min_prob=prob, max_model_len=sim.max_length
-        )
         first = not sim.serving  # transformers drafts before every pass, the prefill's included
+        limit = sim.max_length if first else (sim.server_max_len or sim.max_length)
+        server = SuffixServer(k=variant.lookahead, depth=depth, factor=factor, min_prob=prob, max_model_len=limit)
         eos = sim.eos_token_ids if first else ()
-        for prompt_ids, output_ids in sim.earlier:
-            server.serve(prompt_ids, output_ids, drafts_first=first, eos=eos)
-        run = server.serve(sim.prompt_ids, sim.output_ids, drafts_first=first, eos=eos)
+        for prompt_ids, output_ids, *past in sim.earlier:
+            server.serve(prompt_ids, output_ids, continuation=past[0] if past else (), drafts_first=first, eos=eos)
+        run = server.serve(sim.prompt_ids, sim.output_ids, continuation=sim.continuation, drafts_first=first, eos=eos)
         if not run.target_passes:
             return SimResult(target_passes=0, draft_passes=0, drafted=0, output_tokens=0)
         if first:

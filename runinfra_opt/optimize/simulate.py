@@ -10,6 +10,7 @@ from runinfra_opt.optimize.state import RunState, agreement_flags
 from runinfra_opt.workload.model import Request
 
 if TYPE_CHECKING:  # pragma: no cover
+    from runinfra_opt.methods.base import Served
     from runinfra_opt.methods.simulation import ExpectedSimResult, SimResult
 
 
@@ -40,9 +41,12 @@ def simulate(
         agreement = agreement_flags(bits) if bits is not None else None
         acceptance = state.results.profile.get("acceptance", {}).get(drafter.role, {}).get(request.id)
     earlier = _earlier(state, request, cap) if method.drafts_from_traffic else ()
+    serving = state.engine.name in registry.serving_engines()
     sim = SimInput(
-        serving=state.engine.name in registry.serving_engines(),
+        serving=serving,
         earlier=earlier,
+        continuation=_known(state, request.id)[len(output) :] if method.drafts_from_traffic else (),
+        server_max_len=getattr(state.engine, "max_model_len", None) if serving else None,
         prompt_ids=prompt,
         output_ids=output,
         eos_token_ids=prompts.eos_token_ids,
@@ -54,24 +58,34 @@ def simulate(
     return method.simulate(variant, sim)
 
 
-def _earlier(state: RunState, request: Request, cap: int) -> list[tuple[list[int], list[int]]]:
+def _known(state: RunState, request_id: str) -> list[int]:
+    """The baseline's greedy output of a request and, where the baseline phase fetched them, the tokens past it
+    (`profile["continuation"]`)."""
+    record = state.baseline_records().get(request_id)
+    if record is None:
+        return []
+    return [*(record.output_ids or []), *state.results.profile.get("continuation", {}).get(request_id, [])]
+
+
+def _earlier(state: RunState, request: Request, cap: int) -> list[Served]:
     """What the variant's server answered before `request` in a batch-1 pass: its warm-ups (the first request,
     `WARMUP_TOKENS` tokens, `engine.traffic_warmups` times), then the pass's earlier requests (baseline outputs,
-    capped like this one's)."""
+    capped like this one's), each with the greedy tokens known past its cut."""
     from runinfra_opt.optimize.state import WARMUP_TOKENS
 
     assert state.engine is not None
     prompts, base = state.engine.prompts, state.baseline_records()
-    earlier: list[tuple[list[int], list[int]]] = []
+    earlier: list[Served] = []
     if state.requests:
         first = state.requests[0]
-        output = list(base[first.id].output_ids or []) if first.id in base else []
-        warm = (prompts.prompt_ids(first), output[:WARMUP_TOKENS])
+        known = _known(state, first.id)
+        cut = min(WARMUP_TOKENS, len(base[first.id].output_ids or [])) if first.id in base else 0
+        warm = (prompts.prompt_ids(first), known[:cut], known[cut:])
         earlier += [warm] * int(getattr(state.engine, "traffic_warmups", 0))
     for other in state.requests:
         if other.id == request.id:
             break
-        record = base.get(other.id)
-        if record is not None:
-            earlier.append((prompts.prompt_ids(other), list(record.output_ids or [])[:cap]))
+        if other.id in base:
+            known, cut = _known(state, other.id), min(cap, len(base[other.id].output_ids or []))
+            earlier.append((prompts.prompt_ids(other), known[:cut], known[cut:]))
     return earlier

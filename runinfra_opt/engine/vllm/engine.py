@@ -272,6 +272,26 @@ class VllmEngine:
             top_margins=top_margins(result),
         )
 
+    def greedy_continuation(self, request: Request, produced: int, extra: int) -> list[int]:
+        """The baseline server's greedy output of `request`, `produced` + `extra` tokens long, past any EOS
+        (untimed, a cache salt of its own). Its first `produced` tokens are the timed pass's output when the
+        server is deterministic; the rest are what a speculative server's last step may accept past
+        `max_tokens` (or past an EOS), and add to its suffix cache, before the output is cut."""
+        live = self._server_for(BASELINE)
+        completion = CompletionRequest(
+            f"{request.id}-continuation",
+            produced + extra,
+            prompt=self.prompts.prompt_ids(request),
+            top_logprobs=0,
+            ignore_eos=True,
+            cache_salt=self._salt("continuation"),
+            return_token_ids=True,
+        )
+        result = self._send(live, completion)
+        if not result.success:
+            self._fail(live.server, BASELINE, request, result)
+        return list(result.output_token_ids)
+
     def run_load(
         self,
         variant: Variant,
