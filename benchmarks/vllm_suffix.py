@@ -9,9 +9,12 @@ every variant is timed at batch 1 and under load, each suffix pass on a fresh se
    the outputs it produced, in run order after its warm-ups, compared request by request with the drafted and
    accepted tokens the server's `/metrics` counted for that request. The server's last pass of a request may accept
    drafted tokens past `max_tokens` and keeps them in its cache: the replay takes them from the baseline's greedy
-   tokens past each output (`profile["continuation"]`, fetched by the run). Requests whose last pass proposed past
-   even those are reported apart: their count is a lower bound.
-2. **Prediction**: predicted / measured - 1 of output tokens/s at batch 1 and under load, per variant.
+   tokens past each output (`profile["continuation"]`, fetched by the run), for a request whose output is the
+   baseline's. Requests whose last pass proposed past what is known (past the continuation, or past an output that
+   left the baseline's at a near-tie) are reported apart: their count is a lower bound.
+2. **Prediction**: predicted / measured - 1 of output tokens/s at batch 1 and under load, per variant, and of the
+   batch-1 speed-up over the baseline timed beside the variant (paired: free of the machine's drift between
+   minutes).
 3. **Comparison**: tokens/s with its 95% interval and the speed-up over the baseline, per variant and level.
 
     flock /tmp/runinfra-cpu.lock .venv/bin/python benchmarks/vllm_suffix.py --workloads agent json \\
@@ -75,8 +78,13 @@ def check_counters(results: RunResults) -> dict[str, Any]:
         depth, factor, prob = params(v)
         server = SuffixServer(k=v.lookahead, depth=depth, factor=factor, min_prob=prob, max_model_len=max_model_len)
         past = results.profile.get("continuation", {})
+
+        def same(record: RequestRecord) -> bool:
+            base = baseline.get(record.request_id)
+            return base is not None and base.output_ids == record.output_ids
+
         first = prompts.prompt_ids(sent[records[0].request_id])
-        known = [*(records[0].output_ids or []), *past.get(records[0].request_id, [])]
+        known = [*(records[0].output_ids or []), *(past.get(records[0].request_id, []) if same(records[0]) else [])]
         cut = min(WARMUP_TOKENS, len(records[0].output_ids or []))
         for _ in range(WARMUP_REQUESTS):  # the pass's warm-ups: the first request, WARMUP_TOKENS tokens
             server.serve(first, known[:cut], continuation=known[cut:])
@@ -84,7 +92,8 @@ def check_counters(results: RunResults) -> dict[str, Any]:
         for record in records:
             sim = server.serve(
                 prompts.prompt_ids(sent[record.request_id]), record.output_ids or [],
-                continuation=past.get(record.request_id, []),
+                # past the baseline's output only: an output that left it (a near-tie) continues otherwise
+                continuation=past.get(record.request_id, []) if same(record) else [],
             )  # fmt: skip
             rows.append(
                 {
@@ -97,6 +106,7 @@ def check_counters(results: RunResults) -> dict[str, Any]:
                     "server_chunks": record.target_passes,
                     "sim_passes": sim.target_passes,
                     "last_pass_past_output": sim.last_pass_lower_bound,
+                    "output_is_baseline": same(record),
                 }
             )
         exact = [
@@ -122,6 +132,8 @@ def _interval(value: Any) -> list[float] | None:
 def figures(results: RunResults) -> dict[str, Any]:
     """Per variant: batch-1 and per-level tokens/s (measured with interval, predicted, error) and speed-up."""
     rows: dict[str, Any] = {}
+    base = results.variant("baseline")
+    base_predicted = base.predicted.tokens_per_s if base is not None and base.predicted is not None else None
     for variant in results.variants:
         row: dict[str, Any] = {}
         measured, predicted = variant.measured, variant.predicted
@@ -133,6 +145,11 @@ def figures(results: RunResults) -> dict[str, Any]:
             row["b1_predicted_tokens_per_s"] = round(predicted.tokens_per_s, 3)
             if measured is not None and measured.tokens_per_s:
                 row["b1_error"] = round(predicted.tokens_per_s / measured.tokens_per_s - 1, 4)
+            if measured is not None and measured.speedup is not None and base_predicted:
+                # against the baseline timed beside it: the machine's speed drifts between minutes, a ratio less
+                gain = predicted.tokens_per_s / base_predicted
+                row["b1_speedup_predicted"] = round(gain, 3)
+                row["b1_speedup_error"] = round(gain / measured.speedup.value - 1, 4)
         predicted_levels = {p.level: p for p in variant.load_predicted}
         for level in variant.load:
             m = level.metrics.output_tokens_per_s
