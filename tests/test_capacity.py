@@ -63,9 +63,9 @@ times this: the same knees in steps and requests, reached in half the wall time 
 FAST = {name: value if name == "bulk_after" else value * SCALE for name, value in COST.items()}
 
 
-def _rows(arrivals: bool = False) -> str:
+def _rows(arrivals: bool = False, count: int = 12) -> str:
     rows = [
-        {"id": f"r{i}", "category": "copy", "prompt": f"request {i}: {PROMPTS[i % len(PROMPTS)]}"} for i in range(12)
+        {"id": f"r{i}", "category": "copy", "prompt": f"request {i}: {PROMPTS[i % len(PROMPTS)]}"} for i in range(count)
     ]
     for i, row in enumerate(rows):
         row.update({"arrival_s": i / 2 * SCALE} if arrivals else {})  # 2 requests/s unscaled: the stand-in keeps up
@@ -201,10 +201,21 @@ def test_a_variant_whose_output_differs_does_not_win_on_capacity(
 
 @pytest.mark.quiet
 def test_throughput_on_an_unsaturated_recorded_load_decides_by_capacity(
-    runner: CliRunner, table_server: str, tiny_models: tuple[Path, Path], tmp_path: Path
+    runner: CliRunner,
+    table_server: str,
+    tiny_models: tuple[Path, Path],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    # A server that batches every arrival kept up at every rate 12 requests can measure, however dear a sequence's
+    # step: an arrival joins the next step, so its TTFT grows as the steps lengthen, never by half a request (the
+    # queue rule), and a capacity seen only as a lower bound decides nothing
+    # (test_a_capacity_seen_only_as_a_lower_bound_ranks_nothing). Capped at 8 sequences a step (vLLM's
+    # max_num_seqs; the step-cost probes step 8), later arrivals queue, and 16 requests measure up to ~19/s, above
+    # the baseline's knee (~15/s): the search starts at that ceiling (the predictor has no cap) and brackets it.
+    monkeypatch.setenv("FAKE_VLLM_STEP_COST", json.dumps({**FAST, "max_num_seqs": 8}))
     path = tmp_path / "recorded.jsonl"
-    path.write_text(_rows(arrivals=True))
+    path.write_text(_rows(arrivals=True, count=16))
     result, results = _optimize(
         runner, table_server, tiny_models[0], path, tmp_path, "--load", "replay", "--confirm", "1"
     )
@@ -214,12 +225,19 @@ def test_throughput_on_an_unsaturated_recorded_load_decides_by_capacity(
     assert (summary.criterion, summary.arrivals) == ("saturation", "recorded pattern, scaled")
     launched = [vr for vr in results.variants if vr.confirmed]
     assert all(vr.capacity is not None and vr.capacity.levels for vr in launched)
+    base = results.variant("baseline")
+    assert base is not None
+    assert base.capacity is not None
+    assert base.capacity.status == "bracketed", base.capacity  # the knee inside the rates tried
     assert results.decision is not None
     reason = results.decision.reason
-    assert reason.startswith("By capacity (the recorded load does not saturate the server")
+    assert reason.startswith("By capacity (the recorded load does not saturate the server"), reason
     assert "no SLO given: the highest rate the server keeps up with" in reason
+    assert summary.winner is not None
+    assert results.decision.winner == summary.winner
     if results.decision.winner != "baseline":
         assert "At the recorded load: e2e p50" in reason
+    assert "capacity" in yaml.safe_load((tmp_path / "m.yaml").read_text())
     assert "Capacity per server" in result.output
 
 
@@ -366,3 +384,80 @@ def test_preemptions_and_kv_cache_usage_are_read_from_metrics() -> None:
     assert (after.preemptions, after.kv_cache_usage) == (5.0, 0.83)
     assert after.minus(before).preemptions == 3.0
     assert parse_counters("").kv_cache_usage is None
+
+
+def test_a_capacity_seen_only_as_a_lower_bound_ranks_nothing() -> None:
+    """A server that kept up at every rate tried has a capacity of at least that: two such bounds, or one beside a
+    bracket it does not clear, cannot say which variant carries more (a real-vLLM run with the default budget
+    tried one rate per server and kept the baseline on 0.815 >= vs 0.609 >=)."""
+    from types import SimpleNamespace
+
+    from runinfra_opt.optimize.capacity import _unresolved
+    from runinfra_opt.results import CapacityLevel, CapacityRow, Interval, VariantCapacity
+
+    runs: dict[str, VariantCapacity] = {}
+
+    def row(name: str, *tried: tuple[float, bool]) -> CapacityRow:
+        sustained = max(rate for rate, passed in tried if passed)
+        missed = [rate for rate, passed in tried if not passed and rate > sustained]
+        high = min(missed) if missed else sustained
+        runs[name] = VariantCapacity(
+            measured=Interval(value=sustained, low=sustained, high=high),
+            levels=[CapacityLevel(rate=rate, requests=12, passed=passed) for rate, passed in tried],
+        )
+        return CapacityRow(variant=name, capacity=sustained, low=sustained, high=high, source="measured")
+
+    results: Any = SimpleNamespace(variant=lambda name: SimpleNamespace(capacity=runs[name]))
+    base, spec = row("baseline", (0.815, True)), row("ngram", (0.609, True))
+    assert _unresolved(results, base, [spec]) == ["ngram kept up at every rate tried (at least 0.609 requests/s)"]
+    spec = row("ngram", (0.5, True), (0.55, False))  # bracketed below the baseline's bound: it carries less
+    assert _unresolved(results, base, [spec]) == []
+    spec = row("ngram", (0.9, True), (1.0, False))  # above the baseline's bound, whose own knee is unknown
+    assert _unresolved(results, base, [spec]) == [
+        "the baseline kept up at every rate tried (at least 0.815 requests/s), and ngram's capacity "
+        "(0.9 requests/s [0.9, 1]) is not below that"
+    ]
+    base = row("baseline", (0.815, True), (0.9, False))  # both bracketed: the usual rule decides
+    assert _unresolved(results, base, [spec]) == []
+
+
+def test_an_undecided_capacity_falls_back_to_the_most_loaded_level_else_batch_1() -> None:
+    """At a recorded load that does not saturate the server, where capacity decides nothing either: throughput at
+    the most loaded closed-loop level (by its concurrency, not its place in the list), else at batch 1; never the
+    recorded load's own decision, which ranks only the offered load."""
+    from types import SimpleNamespace
+
+    from runinfra_opt.optimize.capacity import UNSATURATED, _fall_back
+    from runinfra_opt.results import Decision, Interval, LevelDecision
+
+    gain = Interval(value=1.3, low=1.1, high=1.5)
+    batch1 = Decision(winner="ngram", speculation=True, priority="throughput", reason="ngram 1.2x", gain=gain)
+
+    def level(name: str, winner: str) -> LevelDecision:
+        return LevelDecision(level=name, winner=winner, figure="output tokens/s", reason=f"{winner} at {name}",
+                             gain=gain if winner != "baseline" else None)  # fmt: skip
+
+    def fall_back(*levels: LevelDecision) -> Decision:
+        decision = Decision(winner="baseline", speculation=False, priority="throughput", reason="every one kept up")
+        results: Any = SimpleNamespace(load=SimpleNamespace(decisions=list(levels)))
+        _fall_back(results, decision, batch1, "ngram kept up at every rate tried")
+        return decision
+
+    decision = fall_back(
+        level("replay", "baseline"), level("concurrency:16", "ngram"), level("concurrency:8", "baseline")
+    )
+    assert (decision.winner, decision.speculation, decision.gain) == ("ngram", True, gain)
+    assert decision.reason == (
+        f"Capacity does not decide ({UNSATURATED}; ngram kept up at every rate tried): by throughput at "
+        "concurrency:16, the most loaded level measured: ngram at concurrency:16 (At the recorded load every variant "
+        "kept up: every one kept up)"
+    )
+    decision = fall_back(
+        level("replay", "baseline"), level("concurrency:8", "baseline"), level("concurrency:2", "ngram")
+    )
+    assert (decision.winner, decision.speculation) == ("baseline", False)
+    assert decision.gain == Interval(value=1, low=1, high=1)
+    assert "by throughput at concurrency:8, the most loaded level measured: baseline at" in decision.reason
+    decision = fall_back(level("replay", "baseline"))  # no closed-loop level: batch 1
+    assert (decision.winner, decision.speculation, decision.gain) == ("ngram", True, gain)
+    assert "): by throughput at batch 1: ngram 1.2x (At the recorded load every variant kept up:" in decision.reason

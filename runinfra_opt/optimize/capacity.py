@@ -405,14 +405,42 @@ def _rows(results: RunResults, summary: CapacitySummary) -> list[CapacityRow]:
     return rows
 
 
+def _open_ended(results: RunResults, name: str) -> bool:
+    """The variant's server kept up at every rate tried: its capacity is only a lower bound (the search stopped at
+    the highest rate its requests can measure, or at the budget, before any rate was missed)."""
+    vr = results.variant(name)
+    vc = vr.capacity if vr is not None else None
+    return vc is not None and vc.measured is not None and bool(vc.levels) and all(level.passed for level in vc.levels)
+
+
+def _unresolved(results: RunResults, base: CapacityRow, speculative: list[CapacityRow]) -> list[str]:
+    """Why the baseline cannot be said to carry the most traffic: a lower bound on one side that no bracket on the
+    other side separates (a variant kept up at every rate tried below the baseline's bound, or the baseline kept up
+    at every rate tried above a variant's sustained rates)."""
+    why = []
+    base_open = _open_ended(results, base.variant)
+    for row in speculative:
+        if not row.eligible or row.source != "measured":
+            continue
+        if _open_ended(results, row.variant):
+            why.append(f"{row.variant} kept up at every rate tried (at least {row.capacity:.3g} requests/s)")
+        elif base_open and (row.high is None or row.high >= base.capacity):
+            why.append(
+                f"the baseline kept up at every rate tried (at least {base.capacity:.3g} requests/s), and "
+                f"{row.variant}'s capacity ({_rate_text(row)}) is not below that"
+            )
+    return why
+
+
 def _rate_text(row: CapacityRow) -> str:
     if row.low is not None and row.high is not None and row.high > row.low:
         return f"{row.capacity:.3g} requests/s [{row.low:.3g}, {row.high:.3g}]"
     return f"{row.capacity:.3g} requests/s"
 
 
-def decide(state: RunState, decision: Decision) -> None:
-    """The decision by capacity (see the module's docstring) into `results.capacity` and `decision`."""
+def decide(state: RunState, decision: Decision, batch1: Decision | None = None) -> None:
+    """The decision by capacity (see the module's docstring) into `results.capacity` and `decision`. `batch1`: the
+    decision at batch 1, before the load levels had their say (the fallback of `_fall_back`)."""
     results, config = state.results, state.config
     summary = results.capacity
     if summary is None:
@@ -446,6 +474,17 @@ def decide(state: RunState, decision: Decision) -> None:
     paying = [row for row in speculative if row.low is not None and row.low > base_high]
     candidates = ranked([base, *paying])
     winner = candidates[0]
+    unknown = _unresolved(results, base, speculative)
+    if unknown and (winner.variant == BASELINE.name or _open_ended(results, base.variant)):
+        results.add_note(
+            f"capacity decides nothing in this run: {'; '.join(unknown)}; more requests per rate or a larger "
+            "--budget-minutes would bracket it. The decision stands on throughput."
+        )
+        summary.reason = f"undecided by capacity: {'; '.join(unknown)}"
+        if summary.why == UNSATURATED:
+            _fall_back(results, decision, batch1, "; ".join(unknown))
+            _gate(state, decision)
+        return
     target = summary.target_rate
     servers = (
         f"; {target:g} requests/s need {winner.servers} server(s)" if target is not None and winner.servers else ""
@@ -487,10 +526,42 @@ def decide(state: RunState, decision: Decision) -> None:
     latency = _latency_at_replay(results, winner.variant) if summary.why == UNSATURATED else ""
     verb = "chose" if changed else "also chose"
     decision.reason = f"{reason}{latency} (By throughput the run {verb} {previous}: {decision.reason})"
-    if config.objective.require_speedup:
+    _gate(state, decision)
+
+
+def _gate(state: RunState, decision: Decision) -> None:
+    """`--require-speedup`: the exit code follows the decision."""
+    if state.config.objective.require_speedup:
         from runinfra_opt.exitcodes import ExitCode
 
         decision.exit_code = int(ExitCode.OK if decision.speculation else ExitCode.GATE_FAILED)
+
+
+def _fall_back(results: RunResults, decision: Decision, batch1: Decision | None, unknown: str) -> None:
+    """Throughput at a recorded load that does not saturate the server, where capacity decides nothing either: the
+    recorded load's own decision ranks only the offered load, so the decision is throughput where the server was
+    loaded, at the most loaded closed-loop level measured, else at batch 1. Never "keep the baseline" merely because
+    every variant kept up."""
+    closed = [d for d in (results.load.decisions if results.load else []) if d.level.startswith("concurrency:")]
+    level = max(closed, key=lambda d: int(d.level.split(":")[1]), default=None)
+    if level is not None:
+        winner, gain, text = (
+            level.winner,
+            level.gain,
+            f"by throughput at {level.level}, the most loaded level measured: {level.reason}",
+        )
+    elif batch1 is not None:
+        winner, gain, text = batch1.winner, batch1.gain, f"by throughput at batch 1: {batch1.reason}"
+    else:
+        return
+    speculation = winner != BASELINE.name
+    previous = decision.reason
+    decision.winner, decision.speculation = winner, speculation
+    decision.gain = gain if speculation else Interval(value=1.0, low=1.0, high=1.0)
+    decision.reason = (
+        f"Capacity does not decide ({UNSATURATED}; {unknown}): {text} (At the recorded load every variant kept up: "
+        f"{previous})"
+    )
 
 
 def _slo_text(summary: CapacitySummary) -> str:

@@ -25,8 +25,9 @@ def run(state: RunState) -> None:
         results.phase = "decide"
         state.save()
         raise
+    batch1 = decision.model_copy(deep=True)
     underload.decide_levels(state, decision)  # per load level; at the recorded load, its winner is the decision
-    capacity.decide(state, decision)  # by capacity at the SLOs, when this run searched it
+    capacity.decide(state, decision, batch1)  # by capacity at the SLOs, when this run searched it
     decision.queue = _queue(state, decision.winner) if results.load is None else []
     results.decision = decision
 

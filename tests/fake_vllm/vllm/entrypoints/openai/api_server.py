@@ -31,7 +31,10 @@ the next; a step over sequences carrying n_1..n_B new tokens takes `fixed + sum(
 bump[n_i])` seconds (FAKE_VLLM_STEP_COST, JSON, known to the test; with `bulk_after`, a sequence's tokens beyond
 that many cost `bulk_token` each: a long prompt is cheap per token), each sequence carrying its prompt tokens not
 found in the prefix cache in its first step, then 1. The prefix cache keeps full blocks of `block_size` tokens
-under the request's `cache_salt`, and recomputes at least the last prompt token, as vLLM does. Every first token
+under the request's `cache_salt`, and recomputes at least the last prompt token, as vLLM does. With `max_num_seqs`,
+a step runs at most that many sequences and later requests wait for one to finish, as under vLLM's own cap: a
+server offered more than it finishes queues them (without it every arrival joins the next step, and only the
+steps lengthen). Every first token
 reaches the client `overhead` seconds after its step (HTTP and detokenization, the same for every token).
 /metrics adds the cache config, the cached prompt tokens and the tokens-per-step histogram's count and sum.
 With an n-gram `--speculative-config` the table engine speculates by vLLM's rule (the project's own
@@ -71,6 +74,7 @@ class TableEngine:
         self.spec_token = float(cost.get("spec_token", 0.0))
         self.block_size = int(cost.get("block_size", 32))
         self.prefix_caching = bool(cost.get("prefix_caching", True))
+        self.max_num_seqs = int(cost.get("max_num_seqs", 1 << 30))
         self.cached_blocks = set()
         self.waiting = []
         self.condition = threading.Condition()
@@ -118,7 +122,8 @@ class TableEngine:
             with self.condition:
                 while not self.waiting and not running:
                     self.condition.wait()
-                arrived, self.waiting = self.waiting, []
+                room = max(self.max_num_seqs - len(running), 0)  # the rest wait for a sequence to finish
+                arrived, self.waiting = self.waiting[:room], self.waiting[room:]
             for request in arrived:
                 hits = 0  # at most len(prompt) - 1 tokens from the cache, in full blocks
                 for key in self._blocks(request, len(request["prompt"]) - 1):
