@@ -59,7 +59,11 @@ def test_streamed_result(chat: bool) -> None:
     assert result.ttft_s is not None
     assert result.e2e_s is not None
     assert 0.015 < result.ttft_s < result.e2e_s <= wall
-    assert all(gap > 0.015 for gap in result.itl_s)
+    # The server sleeps 20 ms before each of its 3 chunks. A gap is what the client saw between two chunks: a
+    # client late to read one (a busy machine) sees the next sooner, so only their sum and the whole are bounded.
+    assert all(gap >= 0 for gap in result.itl_s)
+    assert result.ttft_s + sum(result.itl_s) <= result.e2e_s
+    assert result.e2e_s >= 0.06
     assert bodies[0]["model"] == "m"
 
 
