@@ -12,6 +12,7 @@ from runinfra_opt.workload.model import Request
 if TYPE_CHECKING:  # pragma: no cover
     from runinfra_opt.methods.base import Served
     from runinfra_opt.methods.simulation import ExpectedSimResult, SimResult
+    from runinfra_opt.records import RequestRecord
 
 
 def simulate(
@@ -45,7 +46,7 @@ def simulate(
     sim = SimInput(
         serving=serving,
         earlier=earlier,
-        continuation=_known(state, request.id)[len(output) :] if method.drafts_from_traffic else (),
+        continuation=_known(state, base)[len(output) :] if method.drafts_from_traffic else (),
         server_max_len=getattr(state.engine, "max_model_len", None) if serving else None,
         prompt_ids=prompt,
         output_ids=output,
@@ -58,13 +59,11 @@ def simulate(
     return method.simulate(variant, sim)
 
 
-def _known(state: RunState, request_id: str) -> list[int]:
-    """The baseline's greedy output of a request and, where the baseline phase fetched them, the tokens past it
-    (`profile["continuation"]`)."""
-    record = state.baseline_records().get(request_id)
-    if record is None:
-        return []
-    return [*(record.output_ids or []), *state.results.profile.get("continuation", {}).get(request_id, [])]
+def _known(state: RunState, record: RequestRecord) -> list[int]:
+    """The baseline's greedy output of a request (its record) and, where the baseline phase fetched them, the
+    tokens past it (`profile["continuation"]`)."""
+    past = state.results.profile.get("continuation", {}).get(record.request_id, [])
+    return [*(record.output_ids or []), *past]
 
 
 def _earlier(state: RunState, request: Request, cap: int) -> list[Served]:
@@ -78,14 +77,16 @@ def _earlier(state: RunState, request: Request, cap: int) -> list[Served]:
     earlier: list[Served] = []
     if state.requests:
         first = state.requests[0]
-        known = _known(state, first.id)
-        cut = min(WARMUP_TOKENS, len(base[first.id].output_ids or [])) if first.id in base else 0
+        record = base.get(first.id)
+        known = _known(state, record) if record is not None else []
+        cut = min(WARMUP_TOKENS, len(record.output_ids or [])) if record is not None else 0
         warm = (prompts.prompt_ids(first), known[:cut], known[cut:])
         earlier += [warm] * int(getattr(state.engine, "traffic_warmups", 0))
     for other in state.requests:
         if other.id == request.id:
             break
-        if other.id in base:
-            known, cut = _known(state, other.id), min(cap, len(base[other.id].output_ids or []))
+        record = base.get(other.id)
+        if record is not None:
+            known, cut = _known(state, record), min(cap, len(record.output_ids or []))
             earlier.append((prompts.prompt_ids(other), known[:cut], known[cut:]))
     return earlier

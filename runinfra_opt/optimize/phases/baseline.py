@@ -71,9 +71,10 @@ def _continuations(state: RunState) -> None:
     for request in todo:
         output = list(base[request.id].output_ids or [])
         ids = engine.greedy_continuation(request, len(output), extra + 1)
-        if ids[: len(output)] != output:
+        same = ids[: len(output)] == output
+        if not same:
             differ.append(request.id)
-        stored[request.id] = ids[len(output) :] if ids[: len(output)] == output else []
+        stored[request.id] = ids[len(output) :] if same else []
         state.save()
         state.reporter.advance(request.id)
     state.reporter.end_phase()
