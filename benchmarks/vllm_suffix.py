@@ -1,8 +1,9 @@
 """Suffix decoding on real vLLM: is its simulation exact, its prediction close, and does it win on agentic traffic?
 
 For each workload, one `optimize --engine vllm --strategy exhaustive` run over the baseline, vLLM's n-gram
-proposer and suffix decoding (`--methods vllm_ngram,suffix`, one lookahead, `--repeats 1`, one `--load` level), so
-every variant is timed at batch 1 and under load, each suffix pass on a fresh server. Then:
+proposer and suffix decoding (`--methods vllm_ngram,suffix`, lookaheads 4 and 8, `--repeats 1`, one `--load` level),
+so every variant is timed at batch 1 and under load, each suffix pass on a fresh server, and each is predicted with
+the speculative terms fitted on the other variant of its method (`runinfra_opt.predict.overhead`). Then:
 
 1. **Counters**: every suffix variant's batch-1 requests replayed through `runinfra_opt.methods.suffix.SuffixServer`
    (Arctic Inference's own cache, driven as vLLM's proposer drives it) over the prompts that server was sent and
@@ -18,7 +19,7 @@ every variant is timed at batch 1 and under load, each suffix pass on a fresh se
 3. **Comparison**: tokens/s with its 95% interval and the speed-up over the baseline, per variant and level.
 
     flock /tmp/runinfra-cpu.lock .venv/bin/python benchmarks/vllm_suffix.py --workloads agent json \\
-        --requests 9 --max-tokens 48 [--keep]
+        --requests 12 --max-tokens 48 [--lookahead 4 8] [--keep]
 
 Run directories go under `--out-dir`/runs, the report to `--out-dir`/report.json, the summary to
 `--out-dir`/summary.json (`--keep`: benchmarks/results/vllm_suffix.json).
@@ -51,7 +52,7 @@ def run_workload(args: argparse.Namespace, workload: str, run_dir: Path) -> None
     """One `optimize` run through the command line (its manifest included)."""
     command = [
         sys.executable, "-m", "runinfra_opt", "optimize", "--engine", "vllm", "--workload", workload,
-        "--target", args.target, "--methods", "vllm_ngram,suffix", "--lookahead", str(args.lookahead),
+        "--target", args.target, "--methods", "vllm_ngram,suffix", "--lookahead", ",".join(map(str, args.lookahead)),
         "--ngram-max", str(args.ngram_max), "--strategy", "exhaustive", "--repeats", "1",
         "--max-requests", str(args.requests), "--max-tokens", str(args.max_tokens), "--load", args.load,
         "--run-dir", str(run_dir), "--out", str(run_dir / "manifest.yaml"),
@@ -169,7 +170,11 @@ def main() -> None:
     parser.add_argument("--workloads", nargs="+", default=["agent", "json"])
     parser.add_argument("--requests", type=int, default=9)
     parser.add_argument("--max-tokens", type=int, default=48)
-    parser.add_argument("--lookahead", type=int, default=8, help="k of both methods (optimize --lookahead)")
+    parser.add_argument(
+        "--lookahead", type=int, nargs="+", default=[4, 8],
+        help="k of both methods (optimize --lookahead): two per method, so that each timed suffix variant is "
+        "predicted with the speculative terms fitted on the other",
+    )  # fmt: skip
     parser.add_argument("--ngram-max", type=int, default=3)
     parser.add_argument("--load", default="concurrency:4")
     parser.add_argument("--target", default="default")

@@ -8,7 +8,16 @@ import pytest
 
 from runinfra_opt.load import Concurrency, LevelRun
 from runinfra_opt.predict.figures import speculative_steps
-from runinfra_opt.predict.overhead import NONE, Sample, SpecOverhead, fit, fit_drafted, leave_one_out, level_samples
+from runinfra_opt.predict.overhead import (
+    NONE,
+    Sample,
+    SpecOverhead,
+    by_family,
+    fit,
+    fit_drafted,
+    leave_one_out,
+    level_samples,
+)
 from runinfra_opt.predict.serving import Corrections, RequestPasses, predict_run
 from runinfra_opt.predict.steptable import StepCostTable
 from runinfra_opt.workload.model import Request
@@ -100,6 +109,31 @@ def test_leave_one_out_never_fits_a_variant_on_itself() -> None:
     assert leave_one_out(samples[:6], ["k2"])["k2"] == SpecOverhead()  # nothing else timed: no terms
     with pytest.raises(ValueError, match="cannot be negative"):
         SpecOverhead(-0.001, 0.0)
+
+
+def test_a_variant_takes_the_terms_of_its_own_method_when_one_was_timed() -> None:
+    """Two n-gram lookaheads cost 1 ms a step, two suffix ones 6 ms: a suffix variant is predicted with the other
+    suffix variant's terms, never pooled with n-gram's (which would halve its cost); a method with nothing timed
+    falls back to every timed variant."""
+    cheap, dear = SpecOverhead(0.001, 0.0), SpecOverhead(0.006, 0.0)
+    samples = (
+        _samples("ngram-k2", _variant(2, 0), cheap) + _samples("ngram-k8", _variant(8, 1), cheap)
+        + _samples("suffix-k4", _variant(4, 2), dear) + _samples("suffix-k8", _variant(8, 3), dear)
+    )  # fmt: skip
+    family = {"ngram-k2": "ngram", "ngram-k8": "ngram", "suffix-k4": "suffix", "suffix-k8": "suffix", "draft": "d"}
+    held = leave_one_out(samples, list(family)[:4], family)
+    assert held["suffix-k8"].fitted_on == ("suffix-k4",)
+    assert held["suffix-k8"].step_s == pytest.approx(0.006, rel=1e-6)
+    assert held["ngram-k2"].fitted_on == ("ngram-k8",)
+    assert held["ngram-k2"].step_s == pytest.approx(0.001, rel=1e-6)
+    pooled = leave_one_out(samples, ["suffix-k8"])["suffix-k8"]  # without families: pooled with n-gram's
+    assert pooled.step_s < 0.005
+    # a lone variant of its method is predicted from the other methods' variants
+    lone = leave_one_out(samples[12:18] + samples[:12], ["suffix-k4"], {**family, "suffix-k8": "other"})
+    assert lone["suffix-k4"].fitted_on == ("ngram-k2", "ngram-k8")
+    # untimed: its method's timed variants, else all
+    assert by_family(samples, "suffix-k2", {**family, "suffix-k2": "suffix"}).fitted_on == ("suffix-k4", "suffix-k8")
+    assert by_family(samples, "draft", family).fitted_on == tuple(sorted(family)[1:])
 
 
 # ------------------------------------------------------------------------------------------ under load

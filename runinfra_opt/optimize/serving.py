@@ -343,11 +343,11 @@ def _spec_overheads(
     interim: bool = False,
 ) -> dict[str, SpecOverhead]:
     """The speculative step terms per variant (`runinfra_opt.predict.overhead`): for a timed variant, fitted on the
-    other timed variants' batch-1 requests (held out); for an untimed one, on all of them. Recorded in
-    `results.cost_model[SPEC_OVERHEAD_KEY]`."""
+    other timed variants' batch-1 requests (held out); for an untimed one, on all of them; either way on those of
+    the variant's own method alone when any was timed. Recorded in `results.cost_model[SPEC_OVERHEAD_KEY]`."""
     from runinfra_opt.load import Concurrency
     from runinfra_opt.predict.calibrate import predict_level
-    from runinfra_opt.predict.overhead import Sample, fit, leave_one_out, median_by_request
+    from runinfra_opt.predict.overhead import Sample, by_family, fit, leave_one_out, median_by_request
 
     samples: list[Sample] = []
     timed: list[str] = []
@@ -372,14 +372,16 @@ def _spec_overheads(
         timed.append(variant.name)
     if not timed:
         return {}
+    family = {v.name: v.method for v in variants if v.is_speculative}
     pooled = fit(samples)
-    held_out = leave_one_out(samples, timed)
-    out = {v.name: held_out.get(v.name, pooled) for v in variants if v.is_speculative}
+    held_out = leave_one_out(samples, timed, family)
+    out = {v.name: held_out.get(v.name) or by_family(samples, v.name, family) for v in variants if v.is_speculative}
     state.results.cost_model[SPEC_OVERHEAD_KEY] = {
         "all": pooled.to_dict(),
+        "by_method": {method: by_family(samples, name, family).to_dict() for name, method in family.items()},
         "held_out": {name: terms.to_dict() for name, terms in held_out.items()},
-        "method": "least squares over timed speculative variants' batch-1 requests; a timed variant's own "
-        "prediction uses the terms fitted on the others",
+        "method": "least squares over timed speculative variants' batch-1 requests, those of the variant's own "
+        "method when any was timed; a timed variant's own prediction uses the terms fitted on the others",
     }
     if len(timed) == 1 and not interim:
         note = (
@@ -401,11 +403,13 @@ def _level_spec_overheads(
 ) -> dict[str, dict[str, SpecOverhead]]:
     """The speculative step terms per load level and variant: the per-sequence term stays the batch-1 one, the
     per-drafted-token term is fitted again on the timed variants' measured decoding steps at that level
-    (`predict.overhead.level_samples`, `fit_drafted`), held out as at batch 1 (a timed variant's from the others'
-    steps; alone, it keeps its batch-1 terms; checked by re-predicting recorded runs: `benchmarks/repredict.py`).
+    (`predict.overhead.level_samples`, `fit_drafted`), held out and by method as at batch 1 (a timed variant's from
+    the others' steps; alone, it keeps its batch-1 terms; checked by re-predicting recorded runs:
+    `benchmarks/repredict.py`).
     Recorded in `results.cost_model[SPEC_OVERHEAD_KEY]["levels"]`."""
-    from runinfra_opt.predict.overhead import Sample, fit_drafted, level_samples
+    from runinfra_opt.predict.overhead import Sample, fit_drafted, kin, level_samples
 
+    family = {v.name: v.method for v in variants if v.is_speculative}
     timed = {v.name: _level_runs(state, v) for v in variants if v.name in batch1}
     timed = {name: runs for name, runs in timed.items() if runs}
     out: dict[str, dict[str, SpecOverhead]] = {}
@@ -419,7 +423,7 @@ def _level_spec_overheads(
                 by_id = {item.request.id: item.passes for item in passes[name]}
                 step_s = calibration.corrections.step_s
                 samples += level_samples(name, runs[level], by_id, table, step_s, drafts.get(name))
-        fitted = {name: fit_drafted([s for s in samples if s.variant != name], t.step_s) for name, t in batch1.items()}
+        fitted = {name: fit_drafted(kin(samples, name, family), t.step_s) for name, t in batch1.items()}
         out[level] = {name: t for name, t in fitted.items() if t.fitted_on}
         if out[level]:
             recorded[level] = {name: t.to_dict() for name, t in out[level].items()}

@@ -9,8 +9,10 @@ confirmed speculative variants:
     extra seconds of one step = step_s x (sequences sampling in it) + drafted_token_s x (tokens drafted in it)
 
 At batch 1 each request gives one equation (measured minus predicted end-to-end time); `fit` solves them by least
-squares with both terms >= 0. A timed variant's prediction uses the terms fitted on the other variants only
-(`leave_one_out`), so what is shown beside its measurement is a prediction, not a fit of itself. Under load the
+squares with both terms >= 0. The terms are a proposer's: a variant takes those fitted on the timed variants of
+its own method when there are any, else on all of them (`by_family`). A timed variant's prediction uses the terms
+fitted on the other variants only (`leave_one_out`), so what is shown beside its measurement is a prediction, not
+a fit of itself. Under load the
 per-drafted-token term is fitted again per level on the timed variants' measured decoding steps (`level_samples`,
 `fit_drafted`), the per-sequence term held at its batch-1 value.
 """
@@ -116,9 +118,28 @@ def fit_drafted(samples: Sequence[Sample], step_s: float) -> SpecOverhead:
     return SpecOverhead(step_s, max(b, 0.0), tuple(sorted({s.variant for s in samples})), len(samples))
 
 
-def leave_one_out(samples: Sequence[Sample], variants: Sequence[str]) -> dict[str, SpecOverhead]:
-    """For each of `variants`: the terms fitted on every sample of the other variants (see the module)."""
-    return {name: fit([s for s in samples if s.variant != name]) for name in variants}
+def kin(samples: Sequence[Sample], name: str, family: Mapping[str, str] | None) -> list[Sample]:
+    """The samples `name`'s terms are fitted on, itself excluded: those of its own family (`family[variant]`, the
+    method) when any other variant of it was timed, else every other variant's."""
+    others = [s for s in samples if s.variant != name]
+    if family is None or name not in family:
+        return others
+    mine = [s for s in others if family.get(s.variant) == family[name]]
+    return mine or others
+
+
+def leave_one_out(
+    samples: Sequence[Sample], variants: Sequence[str], family: Mapping[str, str] | None = None
+) -> dict[str, SpecOverhead]:
+    """For each of `variants`: the terms fitted on the other variants' samples (see the module), those of its
+    own `family` alone when another variant of it was timed: each proposer costs what its own code costs."""
+    return {name: fit(kin(samples, name, family)) for name in variants}
+
+
+def by_family(samples: Sequence[Sample], name: str, family: Mapping[str, str]) -> SpecOverhead:
+    """The terms for an untimed variant `name`: fitted on the timed variants of its family, else on all."""
+    mine = [s for s in samples if family.get(s.variant) == family.get(name)]
+    return fit(mine or samples)
 
 
 MIN_LEVEL_STEPS = 10
