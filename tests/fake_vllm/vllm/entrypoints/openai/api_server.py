@@ -58,6 +58,12 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 
+class Server(ThreadingHTTPServer):
+    request_queue_size = 128
+    """socketserver's listen backlog is 5: a burst of more connections (8 step-cost probes and their blocker, a
+    capacity rate's arrivals) loses some, and the client retries each 1 s later (its SYN's timeout)."""
+
+
 class TableEngine:
     """FAKE_VLLM_STEP=table: one engine loop, steps priced by FAKE_VLLM_STEP_COST, a salted prefix cache."""
 
@@ -380,7 +386,7 @@ def main():
             self.wfile.write(body)
 
     time.sleep(0.5)  # a start-up that takes a moment
-    ThreadingHTTPServer((args.host, args.port), Handler).serve_forever()
+    Server((args.host, args.port), Handler).serve_forever()
 
 
 if __name__ == "__main__":
