@@ -3,15 +3,15 @@
 Runs `optimize --engine vllm --priority capacity` on a bundled workload (baseline and one n-gram variant by
 default): every variant's capacity is predicted, each launched variant's is searched on its server. Right after
 the search on the baseline's server (the same launch), a dense sweep offers every `--step` of the searched knee
-from `--from` to `--to` (one run of the same requests per rate, arrivals as the search offers them, the same
-judge) up to its first missed rate: its knee is the rate below, the rates above cannot move it, so its wall time
-is the least a dense sweep needs. Reported: each launched variant's measured capacity against its prediction (the
-prediction the search started from, and the re-fitted one), the sweep's knee against the search's, and the two
-wall times.
+from `--from` to `--to` (one run per rate of the requests the search sends, `--capacity-requests` of them,
+arrivals as the search offers them, the same judge) up to its first missed rate: its knee is the rate below, the
+rates above cannot move it, so its wall time is the least a dense sweep needs. Reported: each launched variant's
+measured capacity against its prediction (the prediction the search started from, and the re-fitted one), the
+sweep's knee against the search's, and the two wall times.
 
-    .venv/bin/python benchmarks/capacity_search.py [--workload summarize] [--requests 12] [--max-tokens 32]
-        [--slo-ttft-ms 1500] [--slo-tpot-ms 150] [--attainment 0.9] [--lookahead 2] [--from 0.5 --to 1.5 --step 0.1]
-        [--out-dir DIR] [--keep]
+    .venv/bin/python benchmarks/capacity_search.py [--workload summarize] [--requests 12] [--capacity-requests N]
+        [--max-tokens 32] [--slo-ttft-ms 1500] [--slo-tpot-ms 150] [--attainment 0.9] [--lookahead 2]
+        [--from 0.5 --to 1.5 --step 0.1] [--out-dir DIR] [--keep]
 
 Needs `runinfra-opt engine install vllm`. The run directory and the sweep's records go to `--out-dir`; the figures
 to `--out-dir`/summary.json (`--keep`: benchmarks/results/capacity_search.json; for another workload than
@@ -51,6 +51,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--workload", default="summarize")
     parser.add_argument("--requests", type=int, default=12)
+    parser.add_argument(
+        "--capacity-requests", type=int, default=None, help="requests per offered rate (optimize --capacity-requests)"
+    )
     parser.add_argument("--max-tokens", type=int, default=32)
     parser.add_argument("--slo-ttft-ms", type=float, default=1500.0)
     parser.add_argument("--slo-tpot-ms", type=float, default=150.0)
@@ -97,7 +100,7 @@ def main() -> None:
                 measured = state.engine.run_load(
                     variant,
                     capacity.offered(state, rate),
-                    state.requests,
+                    capacity.level_requests(state),
                     max_tokens=state.max_tokens,
                     sink=writer,
                 )
@@ -132,7 +135,8 @@ def main() -> None:
             "engine": "vllm", "target": args.target, "vllm_python": args.vllm_python, "workload": args.workload,
             "priority": "capacity", "methods": ["vllm_ngram"],
             "lookahead": [args.lookahead], "ngram_max": ["3"], "confirm": 1, "load": "none", "repeats": "1",
-            "max_requests": args.requests, "max_tokens": args.max_tokens, "slo_ttft_ms": args.slo_ttft_ms,
+            "max_requests": args.requests, "capacity_requests": args.capacity_requests,
+            "max_tokens": args.max_tokens, "slo_ttft_ms": args.slo_ttft_ms,
             "slo_tpot_ms": args.slo_tpot_ms, "slo_attainment": args.attainment, "budget_minutes": 60.0,
             "run_dir": str(out / "run"), "out": str(out / "manifest.yaml"),
         }

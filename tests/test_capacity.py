@@ -23,6 +23,7 @@ from runinfra_opt.load.capacity import (
     servers_needed,
     verdict,
 )
+from runinfra_opt.load.store import read_run
 from runinfra_opt.manifest import build_manifest, check_manifest_file, write_manifest
 from runinfra_opt.results import CapacityRow, CapacitySummary, RunResults, load_results
 from tests.test_manifest import NGRAM, _results
@@ -42,6 +43,10 @@ from tests.test_optimize_vllm_predict import COST, PROMPTS
         (
             ["--priority", "capacity", "--engine", "vllm", "--slo-tpot-ms", "50", "--server-cost-per-hour", "-1"],
             "--server-cost-per-hour -1: must be > 0",
+        ),
+        (
+            ["--priority", "capacity", "--engine", "vllm", "--slo-tpot-ms", "50", "--capacity-requests", "0"],
+            "--capacity-requests 0: must be at least 1",
         ),
     ],
 )
@@ -110,13 +115,15 @@ def test_capacity_decides_by_servers_needed(
     result, results = _optimize(
         runner, table_server, tiny_models[0], workload, tmp_path,
         "--priority", "capacity", *SLO, "--load", "none", "--target-rate", "1000", "--server-cost-per-hour", "2",
-        "--confirm", "1",
+        "--confirm", "1", "--capacity-requests", "14",
     )  # fmt: skip
     out = " ".join(result.output.split())
     assert "capacity search: up to 6 offered rates x" in out  # the plan, printed before measuring
+    assert "(14 requests, poisson arrivals)" in out
     summary = results.capacity
     assert summary is not None
     assert (summary.why, summary.criterion, summary.target_rate) == ("--priority capacity", "slo", 1000.0)
+    assert summary.requests_per_level == 14  # the 12 planned, then the first 2 again
     rows = {row.variant: row for row in summary.rows}
     assert set(rows) == {v.name for v in results.variants}
     for vr in results.variants:
@@ -133,12 +140,22 @@ def test_capacity_decides_by_servers_needed(
         for level in vc.levels:
             assert level.passed == (not level.reason)
             assert level.attained is not None
+            assert level.requests == 14
+            assert level.records is not None
+            sent = [r.request_id for r in read_run(tmp_path / "run" / level.records).records]
+            assert sorted(sent) == sorted([f"r{i}" for i in range(12)] + ["r0+1", "r1+1"])
         row = rows[vr.name]
         assert row.source == "measured"
         # a target above every capacity: server counts, not an error
         assert row.servers == math.ceil(1000 / row.capacity), vr.name
         assert row.cost_per_hour == pytest.approx(2 * row.servers)
         assert row.cost_per_million_tokens is not None
+    # the speculative variants' predictions are fitted on the baseline's searched run nearest its knee
+    base_levels = results.variant("baseline").capacity.levels  # type: ignore[union-attr]
+    sustained = [lv.rate for lv in base_levels if lv.passed]
+    knee_rate = max(sustained) if sustained else min(lv.rate for lv in base_levels)
+    fitted = results.cost_model["capacity_corrections"]
+    assert fitted["fitted_to"].startswith(f"the baseline's searched run at {knee_rate:g} requests/s")
     assert results.decision is not None
     assert results.decision.winner == summary.winner
     assert results.decision.reason.startswith(

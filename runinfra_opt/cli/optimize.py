@@ -184,6 +184,12 @@ def optimize(
         help="Share of requests that must meet every SLO at a sustained rate (capacity).",
         rich_help_panel=LOAD,
     ),
+    capacity_requests: int | None = typer.Option(
+        None,
+        "--capacity-requests",
+        help="Capacity: requests per offered rate, the sample cycled (default: the planned requests once).",
+        rich_help_panel=LOAD,
+    ),
     target_rate: float | None = typer.Option(
         None,
         "--target-rate",

@@ -6,8 +6,9 @@ server, since throughput there is only the offered load).
   rate, by bisection over offered rates on the modelled scheduler, judged on the predicted records exactly as a
   measured run is judged (`load.capacity.verdict`).
 - **Searched** (`search`, right after a launched variant's batch-1 timing and load levels, on its server): a
-  `load.capacity.RateSearch` from the predicted rate, one run of the planned requests per offered rate, Poisson
-  arrivals (seeded), or the recorded pattern scaled when every request has an arrival time. The plan (rates x
+  `load.capacity.RateSearch` from the predicted rate, one run per offered rate of the planned requests (cycled
+  to `--capacity-requests`: `level_requests`), Poisson arrivals (seeded), or the recorded pattern scaled when every
+  request has an arrival time. The plan (rates x
   window per server) is printed before the first search and cut to `--budget-minutes`.
 - **Decided** (`decide`): servers = ceil(target / capacity); fewest servers, then the most headroom, then the
   simpler variant; a speculative winner must be lossless and sustain a rate the baseline missed (its capacity
@@ -27,6 +28,7 @@ from runinfra_opt.engine.protocol import LoadServer
 from runinfra_opt.fsutil import safe_name
 from runinfra_opt.load import Rate, Replay
 from runinfra_opt.load import capacity as search_rules
+from runinfra_opt.load.cycle import cycle, original_id
 from runinfra_opt.methods import BASELINE, Variant
 from runinfra_opt.objective import rank
 from runinfra_opt.optimize.select import simplicity_key
@@ -49,6 +51,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from runinfra_opt.predict.overhead import SpecOverhead
     from runinfra_opt.predict.serving import Corrections, RequestPasses
     from runinfra_opt.predict.steptable import StepCostTable
+    from runinfra_opt.workload.model import Request
 
 PREDICT_TOLERANCE = 0.02
 """The predicted capacity is bisected until its bracket is within 2%."""
@@ -83,6 +86,18 @@ def _recorded_rate(state: RunState) -> float | None:
     return (len(times) - 1) / span if span > 0 else None
 
 
+def level_requests(state: RunState) -> list[Request]:
+    """What each offered rate sends: the planned requests, cycled to `--capacity-requests` (`load.cycle`)."""
+    return cycle(state.requests, state.config.capacity_requests)
+
+
+def _level_passes(state: RunState, items: list[RequestPasses]) -> list[RequestPasses]:
+    """The predictor's requests for one offered rate, cycled as `level_requests` cycles the planned ones."""
+    by_id = {item.request.id: item for item in items}
+    requests = cycle([item.request for item in items], state.config.capacity_requests)
+    return [dataclasses.replace(by_id[original_id(r)], request=r) for r in requests]
+
+
 def offered(state: RunState, rate: float) -> LoadLevel:
     """The load level that offers `rate` requests/s: the recorded arrivals scaled to it when every request has
     one, else Poisson arrivals (`--burstiness`, `--seed`)."""
@@ -114,7 +129,7 @@ def _summary(state: RunState, why: str) -> CapacitySummary:
         arrivals="recorded pattern, scaled" if _recorded_rate(state) is not None else "poisson",
         tolerance=search_rules.TOLERANCE,
         max_levels=search_rules.MAX_LEVELS,
-        requests_per_level=len(state.requests),
+        requests_per_level=len(level_requests(state)),
         server_cost_per_hour=config.server_cost_per_hour,
     )
     return results.capacity
@@ -129,9 +144,8 @@ def _predicted_verdict(
 ) -> bool:  # fmt: skip
     from runinfra_opt.predict.serving import Corrections, predict_run
 
-    run = predict_run(
-        offered(state, rate), passes, table, corrections=corrections or Corrections(), overhead=overhead, draft=draft
-    )
+    level, items = offered(state, rate), _level_passes(state, passes)
+    run = predict_run(level, items, table, corrections=corrections or Corrections(), overhead=overhead, draft=draft)
     return judge(state, run, rate).passed
 
 
@@ -144,11 +158,15 @@ def predict(
     drafts: dict[str, DraftCost] | None = None,
 ) -> None:
     """Every predictable variant's predicted capacity into `capacity.predicted` (when capacity may decide); `drafts`:
-    the draft-model variants' proposers (`optimize.serving.draft_cost`)."""
+    the draft-model variants' proposers (`optimize.serving.draft_cost`). Once the baseline's capacity is searched,
+    the other variants are predicted with the step and request corrections fitted on its run at the rate nearest
+    its knee (`_searched_corrections`), as a load level's predictions are fitted on the baseline's run there; the
+    baseline's own prediction keeps the batch-1 ones (never a fit of itself)."""
     from runinfra_opt.predict.overhead import NONE as NO_OVERHEAD
 
     if not may_decide(state):
         return
+    searched = _searched_corrections(state, passes.get(BASELINE.name, []), table)
     for name, items in passes.items():
         if not items:
             continue
@@ -158,6 +176,7 @@ def predict(
         mean_e2e = sum(r.e2e_s for r in vr.predicted_requests) / max(len(vr.predicted_requests), 1)
         start = 1.0 / mean_e2e if mean_e2e > 0 else 1.0
         overhead = overheads.get(name, NO_OVERHEAD)
+        fitted = searched if searched is not None and name != BASELINE.name else corrections
 
         draft = (drafts or {}).get(name)
 
@@ -166,13 +185,48 @@ def predict(
             items: list[RequestPasses] = items,
             overhead: SpecOverhead = overhead,
             draft: DraftCost | None = draft,
+            fitted: Corrections | None = fitted,
         ) -> bool:
-            return _predicted_verdict(state, rate, items, table, corrections, overhead, draft)
+            return _predicted_verdict(state, rate, items, table, fitted, overhead, draft)
 
         vc = vr.capacity or VariantCapacity()
         floor = search_rules.floor(_baseline_e2e(state))
         vc.predicted = _bisect(sustained, min(max(start, floor), _ceiling(state)), _ceiling(state), floor)
         vr.capacity = vc
+
+
+SEARCHED_CORRECTIONS_KEY = "capacity_corrections"
+"""`results.cost_model[...]`: the corrections the non-baseline capacity predictions were fitted with, and where."""
+
+
+def _searched_corrections(state: RunState, base: list[RequestPasses], table: StepCostTable) -> Corrections | None:
+    """The step and request corrections fitted (`predict.calibrate.calibrate`) on the baseline's searched run at
+    its highest sustained rate (else its lowest offered one); None before the baseline's search or when the run
+    cannot be fitted. Recorded in `results.cost_model[SEARCHED_CORRECTIONS_KEY]`."""
+    from runinfra_opt.load.store import read_run
+    from runinfra_opt.predict.calibrate import as_served, calibrate
+
+    vr = state.results.variant(BASELINE.name)
+    levels = [lv for lv in (vr.capacity.levels if vr and vr.capacity else []) if lv.records]
+    if not base or not levels:
+        return None
+    sustained = [lv for lv in levels if lv.passed]
+    level = max(sustained, key=lambda lv: lv.rate) if sustained else min(levels, key=lambda lv: lv.rate)
+    path = state.run_dir / str(level.records)
+    if not path.exists():
+        return None
+    run = read_run(path)
+    items = _level_passes(state, base)
+    try:
+        fitted = calibrate(run.level, as_served(items, [run]), table, run, from_steps=True)
+    except ValueError:
+        return None
+    state.results.cost_model[SEARCHED_CORRECTIONS_KEY] = {
+        "step_s": fitted.corrections.step_s,
+        "request_s": fitted.corrections.request_s,
+        "fitted_to": f"the baseline's searched run at {level.rate:g} requests/s ({level.records})",
+    }
+    return fitted.corrections
 
 
 def _bisect(check: Callable[[float], bool], start: float, ceiling: float, floor: float) -> float:
@@ -229,12 +283,12 @@ def _baseline_e2e(state: RunState) -> float:
 
 
 def _ceiling(state: RunState) -> float:
-    """The highest rate the planned requests can measure (`load.capacity.ceiling`)."""
-    return search_rules.ceiling(len(state.requests), _baseline_e2e(state))
+    """The highest rate one offered rate's requests can measure (`load.capacity.ceiling`)."""
+    return search_rules.ceiling(len(level_requests(state)), _baseline_e2e(state))
 
 
 def _window_s(state: RunState, rate: float) -> float:
-    return len(state.requests) / rate + SETTLE_E2E * _baseline_e2e(state)
+    return len(level_requests(state)) / rate + SETTLE_E2E * _baseline_e2e(state)
 
 
 def _servers_left(state: RunState) -> int:
@@ -298,7 +352,8 @@ def search(state: RunState, variant: Variant) -> None:
         servers = _servers_left(state)
         text = (
             f"capacity search: up to {search_rules.MAX_LEVELS} offered rates x ~{window:.0f} s each "
-            f"({len(state.requests)} requests, {summary.arrivals} arrivals) per server, for {servers} server(s): about "
+            f"({summary.requests_per_level} requests, {summary.arrivals} arrivals) per server, for {servers} "
+            f"server(s): about "
             f"{search_rules.MAX_LEVELS * window * servers / 60:.1f} min; --budget-minutes leaves room for "
             f"{allowed} rate(s) per server"
         )
@@ -310,6 +365,7 @@ def search(state: RunState, variant: Variant) -> None:
     )
     engine = cast(LoadServer, state.engine)
     tried = [(level.rate, level.passed) for level in vc.levels]
+    requests = level_requests(state)
     while (rate := rules.next_rate(tried)) is not None:
         rate = float(f"{rate:.3g}")
         if any(rate == r for r, _ in tried):
@@ -320,7 +376,7 @@ def search(state: RunState, variant: Variant) -> None:
 
         with RecordWriter(state.run_dir / path) as writer:
             measured = engine.run_load(
-                variant, offered(state, rate), state.requests, max_tokens=state.max_tokens, sink=writer
+                variant, offered(state, rate), requests, max_tokens=state.max_tokens, sink=writer
             )
         level = judge(state, read_run(state.run_dir / path), rate, measured.preemptions, measured.kv_cache_peak)
         level.records = path.as_posix()
@@ -340,8 +396,9 @@ def search(state: RunState, variant: Variant) -> None:
         )
     if estimate.status == "at_least":
         vc.note = (
-            f"sustained the highest rate {len(state.requests)} requests can measure ({estimate.value:.3g}/s, a "
-            f"schedule of {search_rules.MIN_SPAN_E2E:g} batch-1 request lengths): more requests would measure higher"
+            f"sustained the highest rate {len(requests)} requests can measure ({estimate.value:.3g}/s, a "
+            f"schedule of {search_rules.MIN_SPAN_E2E:g} batch-1 request lengths): more requests "
+            "(--capacity-requests) would measure higher"
         )
     vc.measured = estimate.interval()
     unlimited = dataclasses.replace(rules, max_levels=len(tried) + 1)
@@ -477,8 +534,8 @@ def decide(state: RunState, decision: Decision, batch1: Decision | None = None) 
     unknown = _unresolved(results, base, speculative)
     if unknown and (winner.variant == BASELINE.name or _open_ended(results, base.variant)):
         results.add_note(
-            f"capacity decides nothing in this run: {'; '.join(unknown)}; more requests per rate or a larger "
-            "--budget-minutes would bracket it. The decision stands on throughput."
+            f"capacity decides nothing in this run: {'; '.join(unknown)}; more requests per rate "
+            "(--capacity-requests) or a larger --budget-minutes would bracket it. The decision stands on throughput."
         )
         summary.reason = f"undecided by capacity: {'; '.join(unknown)}"
         if summary.why == UNSATURATED:

@@ -187,6 +187,9 @@ class OptimizeConfig:
     traffic's peak rate, when the workload records arrivals)."""
     server_cost_per_hour: float | None = None
     """`--server-cost-per-hour`: one server's price, for the cost per hour and per million output tokens."""
+    capacity_requests: int | None = None
+    """`--capacity-requests`: requests each offered rate of a capacity search sends, the planned ones cycled
+    (`load.cycle`; None: the planned requests once)."""
 
     def __post_init__(self) -> None:
         self._check_engine()
@@ -253,6 +256,8 @@ class OptimizeConfig:
     def _check_capacity(self) -> None:
         if not 0 < self.slo_attainment <= 1:
             raise UserInputError(f"--slo-attainment {self.slo_attainment:g}: must be a share in (0, 1] (e.g. 0.99)")
+        if self.capacity_requests is not None and self.capacity_requests < 1:
+            raise UserInputError(f"--capacity-requests {self.capacity_requests}: must be at least 1")
         costs = (("--target-rate", self.target_rate), ("--server-cost-per-hour", self.server_cost_per_hour))
         for option, value in costs:
             if value is not None and not value > 0:

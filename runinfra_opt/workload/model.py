@@ -37,6 +37,9 @@ class Request:
     """Seconds between the previous turn's answer and this turn (None: 0)."""
     history_included: bool = False
     """True once `messages` hold the session's history (`SessionHistory.expand`); never read from a file."""
+    copy: int = 0
+    """Which repetition of the recorded request this is when a load level cycles the sample (`load.cycle`; 0:
+    the recorded one); never read from a file."""
     extra: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
     """Unknown fields, kept and ignored."""
 

@@ -33,6 +33,7 @@ from runinfra_opt.engine.vllm.server import VllmServer
 from runinfra_opt.engine.vllm.stepcost import StepCostGrid, StepCostMeasurement, measure_async
 from runinfra_opt.errors import EngineError, UserInputError
 from runinfra_opt.load import LoadLevel, LoadRecord, plan, run_level
+from runinfra_opt.load.cycle import cache_salt
 from runinfra_opt.load.runner import RecordSink, StreamedResult
 from runinfra_opt.methods import BASELINE, Variant, draft_short_name, get_method
 from runinfra_opt.methods.registry import draft_owner
@@ -312,7 +313,9 @@ class VllmEngine:
         server = self._server_for(variant).server
         self._traffic_pass[server] = ("load", level.name, next(self._levels))
         salt = self._salt(f"{variant.name}-{level.name}-{len(self.launches)}-{next(self._levels)}")
-        completions = {r.id: self._completion(r, max_tokens, top_logprobs=0, cache_salt=salt) for r in requests}
+        completions = {
+            r.id: self._completion(r, max_tokens, top_logprobs=0, cache_salt=cache_salt(salt, r)) for r in requests
+        }
         client = OpenAIClient(server.base_url, server.api_key, server.model_name, max_connections=None)
 
         kv_peak = [-1.0]
@@ -324,8 +327,9 @@ class VllmEngine:
 
                     async def send(request: Request) -> RequestResult:
                         if request.history_included:  # its prompt holds the answers this server gave
+                            salted = cache_salt(salt, request)
                             return await client.complete(
-                                self._completion(request, max_tokens, top_logprobs=0, cache_salt=salt)
+                                self._completion(request, max_tokens, top_logprobs=0, cache_salt=salted)
                             )
                         return await client.complete(completions[request.id])
 
