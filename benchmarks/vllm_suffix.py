@@ -1,9 +1,10 @@
 """Suffix decoding on real vLLM: is its simulation exact, its prediction close, and does it win on agentic traffic?
 
 For each workload, one `optimize --engine vllm --strategy exhaustive` run over the baseline, vLLM's n-gram
-proposer and suffix decoding (`--methods vllm_ngram,suffix`, lookaheads 4 and 8, `--repeats 1`, one `--load` level),
-so every variant is timed at batch 1 and under load, each suffix pass on a fresh server, and each is predicted with
-the speculative terms fitted on the other variant of its method (`runinfra_opt.predict.overhead`). Then:
+proposer and suffix decoding (`--methods vllm_ngram,suffix`, lookaheads 4 and 8, `--repeats 1` unless told, one
+`--load` level), so every variant is timed at batch 1 and under load, each suffix pass on a fresh server, and each
+is predicted with the speculative terms fitted on the other variant of its method (`runinfra_opt.predict.overhead`).
+Then:
 
 1. **Counters**: every suffix variant's batch-1 requests replayed through `runinfra_opt.methods.suffix.SuffixServer`
    (Arctic Inference's own cache, driven as vLLM's proposer drives it) over the prompts that server was sent and
@@ -13,13 +14,14 @@ the speculative terms fitted on the other variant of its method (`runinfra_opt.p
    tokens past each output (`profile["continuation"]`, fetched by the run), for a request whose output is the
    baseline's. Requests whose last pass proposed past what is known (past the continuation, or past an output that
    left the baseline's at a near-tie) are reported apart: their count is a lower bound.
-2. **Prediction**: predicted / measured - 1 of output tokens/s at batch 1 and under load, per variant, and of the
-   batch-1 speed-up over the baseline timed beside the variant (paired: free of the machine's drift between
-   minutes).
+2. **Prediction**: predicted / measured - 1 of output tokens/s at batch 1 and under load, per variant; at batch 1
+   also against the variant's paired figure (its ratio to the baseline timed beside it times the baseline's own
+   tokens/s: what the run ranks by, at the speed the predictions are calibrated at) and of the batch-1 speed-up
+   over the baseline timed beside the variant (paired: free of the machine's drift between minutes).
 3. **Comparison**: tokens/s with its 95% interval and the speed-up over the baseline, per variant and level.
 
     flock /tmp/runinfra-cpu.lock .venv/bin/python benchmarks/vllm_suffix.py --workloads agent json \\
-        --requests 12 --max-tokens 48 [--lookahead 4 8] [--keep]
+        --requests 12 --max-tokens 48 [--lookahead 4 8] [--repeats 1] [--keep]
 
 Run directories go under `--out-dir`/runs, the report to `--out-dir`/report.json, the summary to
 `--out-dir`/summary.json (`--keep`: benchmarks/results/vllm_suffix.json).
@@ -37,6 +39,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script: the repository's packages
 from benchmarks import summary  # noqa: E402
+from runinfra_opt import stats
 from runinfra_opt.engine.prompts import PromptTokenizer
 from runinfra_opt.engine.vllm.engine import WARMUP_REQUESTS
 from runinfra_opt.methods.suffix import SuffixServer, params
@@ -53,7 +56,7 @@ def run_workload(args: argparse.Namespace, workload: str, run_dir: Path) -> None
     command = [
         sys.executable, "-m", "runinfra_opt", "optimize", "--engine", "vllm", "--workload", workload,
         "--target", args.target, "--methods", "vllm_ngram,suffix", "--lookahead", ",".join(map(str, args.lookahead)),
-        "--ngram-max", str(args.ngram_max), "--strategy", "exhaustive", "--repeats", "1",
+        "--ngram-max", str(args.ngram_max), "--strategy", "exhaustive", "--repeats", str(args.repeats),
         "--max-requests", str(args.requests), "--max-tokens", str(args.max_tokens), "--load", args.load,
         "--run-dir", str(run_dir), "--out", str(run_dir / "manifest.yaml"),
         *(["--vllm-python", args.vllm_python] if args.vllm_python else []),
@@ -146,6 +149,12 @@ def figures(results: RunResults) -> dict[str, Any]:
             row["b1_predicted_tokens_per_s"] = round(predicted.tokens_per_s, 3)
             if measured is not None and measured.tokens_per_s:
                 row["b1_error"] = round(predicted.tokens_per_s / measured.tokens_per_s - 1, 4)
+            if measured is not None and base is not None and any(r.trial for r in variant.measured_requests):
+                # timed beside the baseline: its paired ratio times the baseline's own tokens/s, the speed the
+                # predictions are calibrated at (`stats.comparable_tokens_per_s`, what the run ranks by)
+                paired = stats.comparable_tokens_per_s(variant.measured_requests, base.measured_requests)
+                row["b1_paired_tokens_per_s"] = round(paired, 3)
+                row["b1_paired_error"] = round(predicted.tokens_per_s / paired - 1, 4) if paired > 0 else None
             if measured is not None and measured.speedup is not None and base_predicted:
                 # against the baseline timed beside it: the machine's speed drifts between minutes, a ratio less
                 gain = predicted.tokens_per_s / base_predicted
@@ -176,6 +185,7 @@ def main() -> None:
         "predicted with the speculative terms fitted on the other",
     )  # fmt: skip
     parser.add_argument("--ngram-max", type=int, default=3)
+    parser.add_argument("--repeats", type=int, default=1, help="timed passes a variant at batch 1 (optimize --repeats)")
     parser.add_argument("--load", default="concurrency:4")
     parser.add_argument("--target", default="default")
     parser.add_argument("--vllm-python", default=None)

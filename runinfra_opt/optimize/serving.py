@@ -344,13 +344,17 @@ def _spec_overheads(
 ) -> dict[str, SpecOverhead]:
     """The speculative step terms per variant (`runinfra_opt.predict.overhead`): for a timed variant, fitted on the
     other timed variants' batch-1 requests (held out); for an untimed one, on all of them; either way on those of
-    the variant's own method alone when any was timed. Recorded in `results.cost_model[SPEC_OVERHEAD_KEY]`."""
+    the variant's own method alone when any was timed. A variant's measured seconds are taken at the calibration's
+    pace first (`pace`). Recorded in `results.cost_model[SPEC_OVERHEAD_KEY]`."""
     from runinfra_opt.load import Concurrency
     from runinfra_opt.predict.calibrate import predict_level
     from runinfra_opt.predict.overhead import Sample, by_family, fit, leave_one_out, median_by_request
 
     samples: list[Sample] = []
     timed: list[str] = []
+    base_run = predict_level(Concurrency(1), passes.get(BASELINE.name, []), table, calibration=calibration)
+    base_predicted = {r.request_id: r.e2e_s for r in (base_run.calibrated or base_run.raw).records if r.e2e_s}
+    base_records = state.variant_result(BASELINE).measured_requests
     for variant in variants:
         measured = state.variant_result(variant).measured_requests if variant.is_speculative else []
         if not measured:
@@ -363,12 +367,13 @@ def _spec_overheads(
         )
         predicted = {r.request_id: r.e2e_s for r in (prediction.calibrated or prediction.raw).records}
         items = {item.request.id: item for item in passes[variant.name]}
+        slower = pace(measured, base_records, base_predicted)
         for request_id, seconds in median_by_request(e2e).items():
             item, before = items.get(request_id), predicted.get(request_id)
             if item is None or before is None:
                 continue
             drafted = sum(carried - 1 for carried, _ in item.passes)
-            samples.append(Sample(variant.name, seconds - before, 1 + len(item.passes), drafted))
+            samples.append(Sample(variant.name, seconds / slower - before, 1 + len(item.passes), drafted))
         timed.append(variant.name)
     if not timed:
         return {}
@@ -390,6 +395,20 @@ def _spec_overheads(
         )
         state.results.add_note(note)
     return out
+
+
+def pace(
+    measured: list[RequestRecord], baseline: list[RequestRecord], predicted: dict[str, float]
+) -> float:
+    """How much slower than the batch-1 calibration the machine ran while `measured` was timed: the end-to-end
+    seconds of the baseline's requests timed beside it (same trial: `--pair-baseline`, or a Ray node) over their
+    predictions at the calibration; 1 when none was timed beside it. Two servers up at once on a small machine
+    run slower than the baseline's own pass the calibration is fitted to, and the machine drifts between minutes:
+    unscaled, a variant's residual would carry both into its speculative terms."""
+    trials = {r.trial for r in measured if r.trial is not None}
+    beside = [b for b in baseline if b.trial in trials and b.request_id in predicted]
+    expected = sum(predicted[b.request_id] for b in beside)
+    return sum(b.e2e_s for b in beside) / expected if beside and expected > 0 else 1.0
 
 
 def _level_spec_overheads(
