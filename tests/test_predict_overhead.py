@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 
 from runinfra_opt.load import Concurrency, LevelRun
+from runinfra_opt.optimize.serving import pace
 from runinfra_opt.predict.figures import speculative_steps
 from runinfra_opt.predict.overhead import (
     NONE,
@@ -20,6 +21,7 @@ from runinfra_opt.predict.overhead import (
 )
 from runinfra_opt.predict.serving import Corrections, RequestPasses, predict_run
 from runinfra_opt.predict.steptable import StepCostTable
+from runinfra_opt.records import RequestRecord
 from runinfra_opt.workload.model import Request
 
 TABLE = StepCostTable(batch_sizes=(1, 2), tokens=(1, 9), seconds=((0.030, 0.034), (0.032, 0.040)), prefill=((1, 0.05),))
@@ -179,3 +181,26 @@ def test_a_request_that_left_its_simulated_output_carries_its_mean() -> None:
     got = [(b, c) for b, c, _ in speculative_steps(run, {"r0": r0, "r1": other})]
     assert got == [(2, pytest.approx(5 + mean)), (2, pytest.approx(1 + mean))]
     assert speculative_steps(run, {"r0": r0}) == []
+
+
+# ------------------------------------------------------------------------------------------ the machine's pace
+def _record(request_id: str, e2e_s: float, trial: str | None) -> RequestRecord:
+    return RequestRecord(
+        request_id=request_id, category="c", prompt_tokens=4, output_tokens=10, ttft_s=0.1, e2e_s=e2e_s,
+        target_passes=10, trial=trial,
+    )  # fmt: skip
+
+
+def test_a_variants_seconds_are_taken_at_the_pace_of_the_baseline_beside_it() -> None:
+    """The baseline's own pass (trial None) matched its predictions; beside candidate "a" it ran 30% slower, beside
+    "b" 10% faster: a's seconds are divided by 1.3, b's by 0.9; a variant timed beside nothing keeps its own."""
+    predicted = {"r1": 1.0, "r2": 2.0}
+    baseline = [
+        _record("r1", 1.0, None), _record("r2", 2.0, None),
+        _record("r1", 1.3, "a"), _record("r2", 2.6, "a"),
+        _record("r1", 0.9, "b"), _record("r2", 1.8, "b"),
+    ]  # fmt: skip
+    assert pace([_record("r1", 0.8, "a")], baseline, predicted) == pytest.approx(1.3)
+    assert pace([_record("r2", 1.5, "b")], baseline, predicted) == pytest.approx(0.9)
+    assert pace([_record("r1", 0.8, None)], baseline, predicted) == 1.0
+    assert pace([_record("r1", 0.8, "c")], baseline, predicted) == 1.0  # no baseline timed in its trial

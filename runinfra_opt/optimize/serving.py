@@ -403,8 +403,8 @@ def pace(
     """How much slower than the batch-1 calibration the machine ran while `measured` was timed: the end-to-end
     seconds of the baseline's requests timed beside it (same trial: `--pair-baseline`, or a Ray node) over their
     predictions at the calibration; 1 when none was timed beside it. Two servers up at once on a small machine
-    run slower than the baseline's own pass the calibration is fitted to, and the machine drifts between minutes:
-    unscaled, a variant's residual would carry both into its speculative terms."""
+    run at another pace than the baseline's own pass the calibration is fitted to, and the machine drifts between
+    minutes: unscaled, a variant's residual would carry both into its speculative terms."""
     trials = {r.trial for r in measured if r.trial is not None}
     beside = [b for b in baseline if b.trial in trials and b.request_id in predicted]
     expected = sum(predicted[b.request_id] for b in beside)
