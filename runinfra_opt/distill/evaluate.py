@@ -52,10 +52,23 @@ def heldout_acceptance(draft: Any, data: TeacherData, indices: list[int], lookah
     return report
 
 
+COST_ROUNDS = 3
+"""Interleaved rounds of draft and target decode steps `cost_ratio` takes the median over."""
+
+
 def cost_ratio(draft: Any, target: Any, context: list[int], *, device: str = "cpu") -> dict[str, float]:
-    """c = the draft's decode-step time / the target's, both measured here over the same context."""
+    """c = the draft's decode-step time / the target's, both measured here over the same context, in
+    `COST_ROUNDS` interleaved rounds (draft, target, draft, ...): c is the median of the rounds' ratios, so a
+    stretch of the machine busy elsewhere slows both sides of a round instead of one model's whole measurement."""
+    import statistics
+
     from runinfra_opt.distill.train import decode_step_ms
 
-    draft_ms = decode_step_ms(draft, context, device=device)
-    target_ms = decode_step_ms(target, context, device=device)
-    return {"draft_ms": round(draft_ms, 3), "target_ms": round(target_ms, 3), "c": round(draft_ms / target_ms, 4)}
+    def step_ms(model: Any) -> float:
+        return decode_step_ms(model, context, steps=8, device=device)
+
+    rounds = [(step_ms(draft), step_ms(target)) for _ in range(COST_ROUNDS)]
+    draft_ms = statistics.median(d for d, _ in rounds)
+    target_ms = statistics.median(t for _, t in rounds)
+    c = statistics.median(d / t for d, t in rounds)
+    return {"draft_ms": round(draft_ms, 3), "target_ms": round(target_ms, 3), "c": round(c, 4)}
