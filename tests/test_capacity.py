@@ -409,7 +409,7 @@ def test_a_capacity_seen_only_as_a_lower_bound_ranks_nothing() -> None:
     tried one rate per server and kept the baseline on 0.815 >= vs 0.609 >=)."""
     from types import SimpleNamespace
 
-    from runinfra_opt.optimize.capacity import _unresolved
+    from runinfra_opt.optimize.capacity_decision import _unresolved
     from runinfra_opt.results import CapacityLevel, CapacityRow, Interval, VariantCapacity
 
     runs: dict[str, VariantCapacity] = {}
@@ -444,7 +444,8 @@ def test_an_undecided_capacity_falls_back_to_the_most_loaded_level_else_batch_1(
     recorded load's own decision, which ranks only the offered load."""
     from types import SimpleNamespace
 
-    from runinfra_opt.optimize.capacity import UNSATURATED, _fall_back
+    from runinfra_opt.optimize.capacity import UNSATURATED
+    from runinfra_opt.optimize.capacity_decision import _fall_back
     from runinfra_opt.results import Decision, Interval, LevelDecision
 
     gain = Interval(value=1.3, low=1.1, high=1.5)

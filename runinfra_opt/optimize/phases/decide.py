@@ -8,7 +8,7 @@ Raises `NoFeasibleVariantError` (status `no_feasible`) when no variant satisfies
 from __future__ import annotations
 
 from runinfra_opt.methods import BASELINE
-from runinfra_opt.optimize import capacity, underload
+from runinfra_opt.optimize import capacity_decision, underload
 from runinfra_opt.optimize.state import RunState
 from runinfra_opt.results import QueueSimulation
 
@@ -27,7 +27,7 @@ def run(state: RunState) -> None:
         raise
     batch1 = decision.model_copy(deep=True)
     underload.decide_levels(state, decision)  # per load level; at the recorded load, its winner is the decision
-    capacity.decide(state, decision, batch1)  # by capacity at the SLOs, when this run searched it
+    capacity_decision.decide(state, decision, batch1)  # by capacity at the SLOs, when this run searched it
     decision.queue = _queue(state, decision.winner) if results.load is None else []
     results.decision = decision
 
