@@ -4,10 +4,11 @@ Runs `optimize --engine vllm --priority capacity` on a bundled workload (baselin
 default): every variant's capacity is predicted, each launched variant's is searched on its server. Right after
 the search on the baseline's server (the same launch), a dense sweep offers every `--step` of the searched knee
 from `--from` to `--to` (one run per rate of the requests the search sends, `--capacity-requests` of them,
-arrivals as the search offers them, the same judge) up to its first missed rate: its knee is the rate below, the
+arrivals as the search offers them, the same judge; a rate whose verdict is unclear runs again and is judged on
+both runs pooled, as in the search) up to its first missed rate: its knee is the rate below, the
 rates above cannot move it, so its wall time is the least a dense sweep needs. Reported: each launched variant's
 measured capacity against its prediction (the prediction the search started from, and the re-fitted one), the
-sweep's knee against the search's, and the two wall times.
+sweep's knee against the search's, and the two wall times (the search's with its warm-up).
 
     .venv/bin/python benchmarks/capacity_search.py [--workload summarize] [--requests 12] [--capacity-requests N]
         [--max-tokens 32] [--slo-ttft-ms 1500] [--slo-tpot-ms 150] [--attainment 0.9] [--lookahead 2]
@@ -68,7 +69,7 @@ def main() -> None:
     args = parser.parse_args()
     out = summary.out_dir(args) / "runs" / time.strftime("%Y%m%d-%H%M%S")  # a fresh run directory each time
 
-    from runinfra_opt.load.store import RecordWriter, read_run
+    from runinfra_opt.load.capacity import pooled, unclear
     from runinfra_opt.methods import BASELINE
     from runinfra_opt.optimize import capacity
     from runinfra_opt.optimize.config import OptimizeConfig
@@ -87,28 +88,23 @@ def main() -> None:
         if vc.measured.value <= 0:
             sweep.update(variant=variant.name, skipped=f"the search found no knee ({vc.status}): {vc.note}")
             return
-        search_s = sum(level.wall_s or 0.0 for level in vc.levels)
+        search_s = sum(level.wall_s or 0.0 for level in vc.levels) + (vc.warmup_s or 0.0)  # its warm-up included
         knee = vc.measured.value
         steps = round((args.stop - args.start) / args.step) + 1
         levels = []
+        attainment = state.config.slo_attainment
         began = time.perf_counter()
         for i in range(steps):
             rate = float(f"{knee * (args.start + i * args.step):.3g}")
-            path = out / "sweep" / f"rate-{rate:g}.jsonl"
-            t0 = time.perf_counter()
-            with RecordWriter(path) as writer:
-                measured = state.engine.run_load(
-                    variant,
-                    capacity.offered(state, rate),
-                    capacity.level_requests(state),
-                    max_tokens=state.max_tokens,
-                    sink=writer,
-                )
-            level = capacity.judge(state, read_run(path), rate, measured.preemptions, measured.kv_cache_peak)
-            levels.append({"rate": rate, "passed": level.passed, "reason": level.reason,
-                           "attained": level.attained, "wall_s": round(time.perf_counter() - t0, 2)})  # fmt: skip
-            print(f"sweep {rate:g}/s: {'sustained' if level.passed else level.reason}", flush=True)
-            if not level.passed:
+            runs = [capacity.run_level(state, variant, rate, out / "sweep" / f"rate-{rate:g}.jsonl")]
+            if unclear(runs, attainment):  # run again and pooled, as the search does
+                runs.append(capacity.run_level(state, variant, rate, out / "sweep" / f"rate-{rate:g}-2.jsonl"))
+            passed = pooled(runs, attainment)[0][1]
+            reason = "; ".join(r.reason for r in runs if r.reason)
+            levels.append({"rate": rate, "passed": passed, "reason": reason, "attained": [r.attained for r in runs],
+                           "wall_s": round(sum(r.wall_s or 0.0 for r in runs), 2)})  # fmt: skip
+            print(f"sweep {rate:g}/s: {'sustained' if passed else reason} ({len(runs)} run(s))", flush=True)
+            if not passed:
                 break  # the dense sweep's knee is the rate below its first miss: the rates above it cannot move it
         missed = [lv["rate"] for lv in levels if not lv["passed"]]
         high = min(missed) if missed else None

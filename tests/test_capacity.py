@@ -19,13 +19,16 @@ from runinfra_opt.load.capacity import (
     MAX_LEVELS,
     TOLERANCE,
     RateSearch,
+    attainment_interval,
     peak_rate,
+    pooled,
     servers_needed,
+    unclear,
     verdict,
 )
 from runinfra_opt.load.store import read_run
 from runinfra_opt.manifest import build_manifest, check_manifest_file, write_manifest
-from runinfra_opt.results import CapacityRow, CapacitySummary, RunResults, load_results
+from runinfra_opt.results import CapacityLevel, CapacityRow, CapacitySummary, RunResults, load_results
 from tests.test_manifest import NGRAM, _results
 from tests.test_optimize_vllm_predict import COST, PROMPTS
 
@@ -118,7 +121,7 @@ def test_capacity_decides_by_servers_needed(
         "--confirm", "1", "--capacity-requests", "14",
     )  # fmt: skip
     out = " ".join(result.output.split())
-    assert "capacity search: up to 6 offered rates x" in out  # the plan, printed before measuring
+    assert "capacity search: a warm-up, then up to 6 offered rates (and 2 runs more" in out  # the plan, up front
     assert "(14 requests, poisson arrivals)" in out
     summary = results.capacity
     assert summary is not None
@@ -135,7 +138,14 @@ def test_capacity_decides_by_servers_needed(
             continue
         assert vc.measured is not None, vr.name  # every launched one searched
         assert vc.search_start is not None
-        assert 1 <= len(vc.levels) <= 6
+        assert vc.warmup_s is not None  # warmed up, untimed
+        assert vc.warmup_s > 0
+        rates = [level.rate for level in vc.levels]
+        assert 1 <= len(set(rates)) <= 6
+        assert len(rates) - len(set(rates)) <= 2  # runs added to unclear rates, two a server at most
+        for i, rate in enumerate(rates):  # a rate runs again right after a first run whose verdict was unclear
+            if i and rates[i - 1] == rate:
+                assert unclear([vc.levels[i - 1]], 0.9), vc.levels[i - 1]
         assert vc.levels[0].rate == pytest.approx(vc.search_start, rel=0.01)  # it starts at the prediction
         for level in vc.levels:
             assert level.passed == (not level.reason)
@@ -152,7 +162,7 @@ def test_capacity_decides_by_servers_needed(
         assert row.cost_per_million_tokens is not None
     # the speculative variants' predictions are fitted on the baseline's searched run nearest its knee
     base_levels = results.variant("baseline").capacity.levels  # type: ignore[union-attr]
-    sustained = [lv.rate for lv in base_levels if lv.passed]
+    sustained = [rate for rate, ok in pooled(base_levels, 0.9) if ok]
     knee_rate = max(sustained) if sustained else min(lv.rate for lv in base_levels)
     fitted = results.cost_model["capacity_corrections"]
     assert fitted["fitted_to"].startswith(f"the baseline's searched run at {knee_rate:g} requests/s")
@@ -329,6 +339,29 @@ def test_verdict_names_a_growing_queue_and_the_attainment() -> None:
     assert "0% of requests within the SLOs, below 99%" in level.reason
 
 
+def _level(rate: float, met: int, requests: int = 36, kept_up: bool = True) -> CapacityLevel:
+    share = met / requests
+    return CapacityLevel(rate=rate, requests=requests, attained=share, kept_up=kept_up, passed=kept_up and share >= 0.9)
+
+
+def test_an_unclear_verdict_is_run_again_and_judged_pooled() -> None:
+    low, high = attainment_interval(33, 36)
+    assert low < 0.9 < high  # 33 of 36 against 90%: one run cannot say
+    assert unclear([_level(1.0, 33)], 0.9)
+    assert unclear([_level(1.0, 32)], 0.9)
+    assert not unclear([_level(1.0, 36)], 0.9)  # every request within the SLOs: as clear as 36 requests show
+    assert not unclear([_level(1.0, 20)], 0.9)  # far below
+    assert not unclear([_level(1.0, 33, kept_up=False)], 0.9)  # a growing queue is clear
+    assert not unclear([CapacityLevel(rate=1.0, requests=36, passed=True)], 0.9)  # no SLO: keeping up only
+    # Judged on every run of a rate pooled, in the order the rates were first offered: 33 + 28 of 72 misses 90%,
+    # 34 + 36 of 72 attains it, and a run that fell behind misses the rate whatever the share.
+    levels = [_level(1.2, 33), _level(0.8, 34), _level(1.2, 28), _level(0.8, 36), _level(1.0, 36),
+              _level(1.0, 35, kept_up=False)]  # fmt: skip
+    assert pooled(levels, 0.9) == [(1.2, False), (0.8, True), (1.0, False)]
+    assert pooled([_level(1.2, 33)], 0.9) == [(1.2, True)]
+    assert pooled([CapacityLevel(rate=2.0, requests=12, passed=True)], 0.9) == [(2.0, True)]
+
+
 # ---- the manifest's capacity section and its Helm values -------------------------------------------------------
 
 
@@ -424,7 +457,7 @@ def test_a_capacity_seen_only_as_a_lower_bound_ranks_nothing() -> None:
         )
         return CapacityRow(variant=name, capacity=sustained, low=sustained, high=high, source="measured")
 
-    results: Any = SimpleNamespace(variant=lambda name: SimpleNamespace(capacity=runs[name]))
+    results: Any = SimpleNamespace(variant=lambda name: SimpleNamespace(capacity=runs[name]), capacity=None)
     base, spec = row("baseline", (0.815, True)), row("ngram", (0.609, True))
     assert _unresolved(results, base, [spec]) == ["ngram kept up at every rate tried (at least 0.609 requests/s)"]
     spec = row("ngram", (0.5, True), (0.55, False))  # bracketed below the baseline's bound: it carries less

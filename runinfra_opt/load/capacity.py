@@ -8,6 +8,10 @@
   rate is sustained and one missed, then halve the bracket geometrically until the missed rate is within
   `TOLERANCE` of the sustained one, at most `MAX_LEVELS` rates. The capacity is the highest sustained rate
   below the lowest missed one, with the bracket as its interval.
+- **An unclear verdict** (`unclear`): with SLOs, a rate whose attainment's 95% Wilson interval holds the asked
+  share (33 of 36 requests against 90%: [78%, 97%]; all of them within the SLOs is as clear as 36 requests can
+  show) is one run's chance as much as the server's; the search runs it again (`optimize.capacity`) and judges
+  the rate on every run of it pooled (`pooled`): sustained when every run kept up and the pooled share attains.
 - **The target** (`peak_rate`): the recorded traffic's peak over `PEAK_WINDOW_S`.
 
 Pure functions of the records (measured or predicted: the serving predictor writes the same records), so the
@@ -118,6 +122,48 @@ def verdict(
         preemptions=preemptions,
         kv_cache_peak=kv_cache_peak,
     )
+
+
+def attainment_interval(met: int, requests: int) -> tuple[float, float]:
+    """The 95% Wilson interval of a share of `met` requests in `requests` (scipy's binomial test)."""
+    from scipy.stats import binomtest
+
+    if requests <= 0:
+        return 0.0, 1.0
+    ci = binomtest(met, requests).proportion_ci(confidence_level=0.95, method="wilson")
+    return float(ci.low), float(ci.high)
+
+
+def _met(level: CapacityLevel) -> int:
+    return round((level.attained or 0.0) * level.requests)
+
+
+def pooled(levels: Sequence[CapacityLevel], attainment: float) -> list[tuple[float, bool]]:
+    """(rate, sustained) per offered rate, in the order first offered, each judged on all its runs: sustained when
+    every run kept up and, with SLOs, the share of all their requests within the SLOs attains `attainment`."""
+    by_rate: dict[float, list[CapacityLevel]] = {}
+    for level in levels:
+        by_rate.setdefault(level.rate, []).append(level)
+    out = []
+    for rate, runs in by_rate.items():
+        if any(run.attained is None for run in runs):
+            out.append((rate, all(run.passed for run in runs)))
+            continue
+        requests = sum(run.requests for run in runs)
+        share = sum(_met(run) for run in runs) / requests if requests else 0.0
+        out.append((rate, all(run.kept_up for run in runs) and share >= attainment))
+    return out
+
+
+def unclear(levels: Sequence[CapacityLevel], attainment: float) -> bool:
+    """Whether the runs of one rate leave its verdict to chance: every run kept up (a growing queue, a failure or
+    a preemption is clear), some request missed the SLOs (every request within them is as clear as that many
+    requests can show), and the 95% interval of their pooled attainment holds `attainment` (no SLO: never)."""
+    if not levels or any(level.attained is None or not level.kept_up for level in levels):
+        return False
+    met, requests = sum(_met(level) for level in levels), sum(level.requests for level in levels)
+    low, high = attainment_interval(met, requests)
+    return met < requests and low <= attainment <= high
 
 
 @dataclass(frozen=True)

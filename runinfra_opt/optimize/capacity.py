@@ -5,10 +5,13 @@ server, since throughput there is only the offered load).
 - **Predicted** (`predict`, from the serving predictor's phases): every predictable variant's highest sustained
   rate, by bisection over offered rates on the modelled scheduler, judged on the predicted records exactly as a
   measured run is judged (`load.capacity.verdict`).
-- **Searched** (`search`, right after a launched variant's batch-1 timing and load levels, on its server): a
-  `load.capacity.RateSearch` from the predicted rate, one run per offered rate of the planned requests (cycled
-  to `--capacity-requests`: `level_requests`), Poisson arrivals (seeded), or the recorded pattern scaled when every
-  request has an arrival time. The plan (rates x window per server) is printed before the first search and cut
+- **Searched** (`search`, right after a launched variant's batch-1 timing and load levels, on its server): first
+  an untimed warm-up (`warm_up`: the planned requests at the highest measurable rate, so the first rate judged
+  does not pay for the server's first large batches), then a `load.capacity.RateSearch` from the predicted rate,
+  one run per offered rate of the planned requests (cycled to `--capacity-requests`: `level_requests`), Poisson
+  arrivals (seeded), or the recorded pattern scaled when every request has an arrival time. A rate whose verdict
+  is unclear (`load.capacity.unclear`) is run once more (fresh cache salt), `REPEATS` at most per server, and
+  judged on both runs pooled. The plan (rates x window per server) is printed before the first search and cut
   to `--budget-minutes`.
 
 The decision on what this measures is `optimize.capacity_decision`.
@@ -43,6 +46,8 @@ if TYPE_CHECKING:  # pragma: no cover
 
 PREDICT_TOLERANCE = 0.02
 """The predicted capacity is bisected until its bracket is within 2%."""
+REPEATS = 2
+"""Runs a search adds per server to rates whose verdict is unclear (`load.capacity.unclear`), one a rate."""
 SETTLE_E2E = 3
 """A level's window is its sends' span plus this many batch-1 end-to-end times (warm-up requests and drain)."""
 UNSATURATED = "the recorded load does not saturate the server (throughput there is only the offered load)"
@@ -198,8 +203,9 @@ def _searched_corrections(state: RunState, base: list[RequestPasses], table: Ste
     levels = [lv for lv in (vr.capacity.levels if vr and vr.capacity else []) if lv.records]
     if not base or not levels:
         return None
-    sustained = [lv for lv in levels if lv.passed]
-    level = max(sustained, key=lambda lv: lv.rate) if sustained else min(levels, key=lambda lv: lv.rate)
+    sustained = {rate for rate, ok in search_rules.pooled(levels, state.config.slo_attainment) if ok}
+    kept = [lv for lv in levels if lv.rate in sustained]
+    level = max(kept, key=lambda lv: lv.rate) if kept else min(levels, key=lambda lv: lv.rate)
     path = state.run_dir / str(level.records)
     if not path.exists():
         return None
@@ -318,6 +324,40 @@ def pending(state: RunState, variant: Variant) -> bool:
     return vc is None or vc.status is None and vc.note is None
 
 
+def run_level(state: RunState, variant: Variant, rate: float, path: Path) -> CapacityLevel:
+    """One run of the offered `rate` on the variant's server, its records at `path` (under the run directory when
+    relative), judged (`judge`); the level names its records relative to the run directory where it can."""
+    from runinfra_opt.load.store import RecordWriter, read_run
+
+    engine = cast(LoadServer, state.engine)
+    where = state.run_dir / path
+    started = time.perf_counter()
+    with RecordWriter(where) as writer:
+        measured = engine.run_load(
+            variant, offered(state, rate), level_requests(state), max_tokens=state.max_tokens, sink=writer
+        )
+    level = judge(state, read_run(where), rate, measured.preemptions, measured.kv_cache_peak)
+    level.records = path.as_posix() if not path.is_absolute() else str(path)
+    level.wall_s = round(time.perf_counter() - started, 2)
+    return level
+
+
+def warm_up(state: RunState, variant: Variant) -> float:
+    """The planned requests offered once at the highest measurable rate, untimed (nothing is kept), so that the
+    first rate judged does not pay for the server's first large batches; returns its seconds."""
+    engine = cast(LoadServer, state.engine)
+    started = time.perf_counter()
+    engine.run_load(variant, offered(state, _ceiling(state)), state.requests, max_tokens=state.max_tokens)
+    return round(time.perf_counter() - started, 2)
+
+
+def _verdict_text(runs: list[CapacityLevel], passed: bool) -> str:
+    if len(runs) == 1:
+        return "sustained" if passed else f"missed: {runs[0].reason}"
+    shares = ", ".join(f"{run.attained:.0%}" for run in runs if run.attained is not None)
+    return f"{len(runs)} runs ({shares} within the SLOs), pooled: {'sustained' if passed else 'missed'}"
+
+
 def search(state: RunState, variant: Variant) -> None:
     """The variant's capacity, searched on its server (see the module's docstring); resumable per level."""
     summary = _active(state, variant)
@@ -335,15 +375,16 @@ def search(state: RunState, variant: Variant) -> None:
     start = vc.search_start
     window = _window_s(state, start)
     share = max(state.budget_left(), 0.0) / _servers_left(state)
-    allowed = max(1, min(search_rules.MAX_LEVELS, int(share // window)))
+    runs_allowed = int(share // window)
+    allowed = max(1, min(search_rules.MAX_LEVELS, runs_allowed))
     if not summary.plan:
         servers = _servers_left(state)
+        most = search_rules.MAX_LEVELS + REPEATS
         text = (
-            f"capacity search: up to {search_rules.MAX_LEVELS} offered rates x ~{window:.0f} s each "
-            f"({summary.requests_per_level} requests, {summary.arrivals} arrivals) per server, for {servers} "
-            f"server(s): about "
-            f"{search_rules.MAX_LEVELS * window * servers / 60:.1f} min; --budget-minutes leaves room for "
-            f"{allowed} rate(s) per server"
+            f"capacity search: a warm-up, then up to {search_rules.MAX_LEVELS} offered rates (and {REPEATS} runs "
+            f"more of a rate whose verdict is unclear) x ~{window:.0f} s each ({summary.requests_per_level} "
+            f"requests, {summary.arrivals} arrivals) per server, for {servers} server(s): about "
+            f"{most * window * servers / 60:.1f} min; --budget-minutes leaves room for {allowed} rate(s) per server"
         )
         summary.plan.append(text)
         state.reporter.note(text)
@@ -351,29 +392,34 @@ def search(state: RunState, variant: Variant) -> None:
     rules = search_rules.RateSearch(
         start, max_levels=max(allowed, len(vc.levels)), ceiling=_ceiling(state), floor=search_rules.floor(e2e)
     )
-    engine = cast(LoadServer, state.engine)
-    tried = [(level.rate, level.passed) for level in vc.levels]
-    requests = level_requests(state)
+    attainment = state.config.slo_attainment
+    tried = search_rules.pooled(vc.levels, attainment)
+    if rules.next_rate(tried) is not None:
+        vc.warmup_s = round((vc.warmup_s or 0.0) + warm_up(state, variant), 2)
+    repeats = sum(1 for _ in vc.levels) - len(tried)
     while (rate := rules.next_rate(tried)) is not None:
         rate = float(f"{rate:.3g}")
         if any(rate == r for r, _ in tried):
             break  # rounding met a rate already offered: the bracket is as tight as the rates can show
-        path = Path("load") / safe_name(variant.name) / f"capacity-{rate:g}.jsonl"
-        started = time.perf_counter()
-        from runinfra_opt.load.store import RecordWriter, read_run
-
-        with RecordWriter(state.run_dir / path) as writer:
-            measured = engine.run_load(
-                variant, offered(state, rate), requests, max_tokens=state.max_tokens, sink=writer
-            )
-        level = judge(state, read_run(state.run_dir / path), rate, measured.preemptions, measured.kv_cache_peak)
-        level.records = path.as_posix()
-        level.wall_s = round(time.perf_counter() - started, 2)
-        vc.levels.append(level)
-        tried.append((rate, level.passed))
-        state.save()
-        verdict = "sustained" if level.passed else f"missed: {level.reason}"
-        state.reporter.note(f"{variant.name} at {rate:g} requests/s: {verdict}")
+        runs: list[CapacityLevel] = []
+        while not runs or search_rules.unclear(runs, attainment) and len(runs) < 2:
+            if runs and repeats >= REPEATS:
+                break
+            if runs and len(vc.levels) >= runs_allowed:
+                summary.budget_ran_out.append(
+                    f"{variant.name}: the verdict at {rate:g} requests/s is unclear and the budget left no time to "
+                    "run it again"
+                )
+                break
+            name = f"capacity-{rate:g}.jsonl" if not runs else f"capacity-{rate:g}-{len(runs) + 1}.jsonl"
+            level = run_level(state, variant, rate, Path("load") / safe_name(variant.name) / name)
+            repeats += 1 if runs else 0
+            runs.append(level)
+            vc.levels.append(level)
+            state.save()
+        tried = search_rules.pooled(vc.levels, attainment)
+        passed = dict(tried)[rate]
+        state.reporter.note(f"{variant.name} at {rate:g} requests/s: {_verdict_text(runs, passed)}")
     estimate = rules.estimate(tried)
     if estimate is None:
         return
@@ -384,7 +430,7 @@ def search(state: RunState, variant: Variant) -> None:
         )
     if estimate.status == "at_least":
         vc.note = (
-            f"sustained the highest rate {len(requests)} requests can measure ({estimate.value:.3g}/s, a "
+            f"sustained the highest rate {summary.requests_per_level} requests can measure ({estimate.value:.3g}/s, a "
             f"schedule of {search_rules.MIN_SPAN_E2E:g} batch-1 request lengths): more requests "
             "(--capacity-requests) would measure higher"
         )

@@ -71,7 +71,10 @@ def _open_ended(results: RunResults, name: str) -> bool:
     the highest rate its requests can measure, or at the budget, before any rate was missed)."""
     vr = results.variant(name)
     vc = vr.capacity if vr is not None else None
-    return vc is not None and vc.measured is not None and bool(vc.levels) and all(level.passed for level in vc.levels)
+    if vc is None or vc.measured is None or not vc.levels:
+        return False
+    attainment = results.capacity.attainment if results.capacity is not None else 1.0
+    return all(sustained for _, sustained in search_rules.pooled(vc.levels, attainment))
 
 
 def _unresolved(results: RunResults, base: CapacityRow, speculative: list[CapacityRow]) -> list[str]:

@@ -43,6 +43,9 @@ class VariantCapacity(_Model):
     """The highest rate sustained (value and low) and the lowest missed above it (high)."""
     status: Literal["bracketed", "at_least", "below", "stopped"] | None = None
     levels: list[CapacityLevel] = Field(default_factory=list)
+    """Every run of the search in order; a rate whose verdict was unclear appears once per run of it."""
+    warmup_s: float | None = None
+    """The untimed warm-up's seconds on this variant's server before its first rate (`optimize.capacity.warm_up`)."""
     note: str | None = None
 
 
