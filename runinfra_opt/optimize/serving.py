@@ -71,12 +71,13 @@ DRAFT_STEP_COSTS_KEY = "draft_step_costs"
 
 def _limits(state: RunState) -> tuple[int | None, int]:
     """The largest batch a step of this run can hold (None: an open loop's in-flight count is unbounded) and the most
-    prompt tokens one step can prefill."""
+    prompt tokens one step can prefill. A capacity search (`--priority capacity`) offers open-loop rates whatever
+    the load levels are."""
     from runinfra_opt.load import Concurrency
     from runinfra_opt.optimize import underload
 
     levels = underload.levels_of(state)
-    closed = all(isinstance(level, Concurrency) for level in levels)
+    closed = not state.config.objective.on_capacity and all(isinstance(level, Concurrency) for level in levels)
     max_batch = max([1] + [level.concurrency for level in levels if isinstance(level, Concurrency)]) if closed else None
     return max_batch, most_prefill_tokens(state, max_batch)
 
