@@ -7,7 +7,7 @@ server, since throughput there is only the offered load).
   measured run is judged (`load.capacity.verdict`).
 - **Searched** (`search`, right after a launched variant's batch-1 timing and load levels, on its server): first
   an untimed warm-up (`warm_up`: the planned requests at the highest measurable rate, so the first rate judged
-  does not pay for the server's first large batches), then a `load.capacity.RateSearch` from the predicted rate,
+  is not the server's first heavy load), then a `load.capacity.RateSearch` from the predicted rate,
   one run per offered rate of the planned requests (cycled to `--capacity-requests`: `level_requests`), Poisson
   arrivals (seeded), or the recorded pattern scaled when every request has an arrival time. A rate whose verdict
   is unclear (`load.capacity.unclear`) is run once more (fresh cache salt), `REPEATS` at most per server, and
@@ -344,7 +344,7 @@ def run_level(state: RunState, variant: Variant, rate: float, path: Path) -> Cap
 
 def warm_up(state: RunState, variant: Variant) -> float:
     """The planned requests offered once at the highest measurable rate, untimed (nothing is kept), so that the
-    first rate judged does not pay for the server's first large batches; returns its seconds."""
+    first rate judged is not the server's first heavy load; returns its seconds."""
     engine = cast(LoadServer, state.engine)
     started = time.perf_counter()
     engine.run_load(variant, offered(state, _ceiling(state)), state.requests, max_tokens=state.max_tokens)
@@ -396,7 +396,7 @@ def search(state: RunState, variant: Variant) -> None:
     tried = search_rules.pooled(vc.levels, attainment)
     if rules.next_rate(tried) is not None:
         vc.warmup_s = round((vc.warmup_s or 0.0) + warm_up(state, variant), 2)
-    repeats = sum(1 for _ in vc.levels) - len(tried)
+    repeats = len(vc.levels) - len(tried)  # runs added to unclear rates so far (a resumed search keeps count)
     while (rate := rules.next_rate(tried)) is not None:
         rate = float(f"{rate:.3g}")
         if any(rate == r for r, _ in tried):
