@@ -162,12 +162,15 @@ def test_capacity_decides_by_servers_needed(
         assert row.servers == math.ceil(1000 / row.capacity), vr.name
         assert row.cost_per_hour == pytest.approx(2 * row.servers)
         assert row.cost_per_million_tokens is not None
-    # the speculative variants' predictions are fitted on the baseline's searched run nearest its knee
-    base_levels = results.variant("baseline").capacity.levels  # type: ignore[union-attr]
-    sustained = [rate for rate, ok in pooled(base_levels, 0.9) if ok]
-    knee_rate = max(sustained) if sustained else min(lv.rate for lv in base_levels)
+    # the predictions price their steps by batch size as the baseline's warm-up showed them
+    warmup = results.variant("baseline").capacity.warmup_records  # type: ignore[union-attr]
+    assert warmup is not None
+    assert read_run(tmp_path / "run" / warmup).records  # kept, judged by nothing
     fitted = results.cost_model["capacity_corrections"]
-    assert fitted["fitted_to"].startswith(f"the baseline's searched run at {knee_rate:g} requests/s")
+    assert fitted["fitted_to"].startswith(f"the baseline's warm-up for its capacity search ({warmup})")
+    batches = [b for b, _ in fitted["by_batch"]]
+    assert batches == sorted(batches)
+    assert max(batches) > 1  # the warm-up stepped many sequences at once
     assert results.decision is not None
     assert results.decision.winner == summary.winner
     assert results.decision.reason.startswith(

@@ -16,7 +16,7 @@ from runinfra_opt.engine.vllm.server import VllmServer
 from runinfra_opt.load import Concurrency, LevelRun, LoadLevel, LoadRecord, Rate, Replay, level_metrics
 from runinfra_opt.methods.simulation import SimResult, simulate_baseline
 from runinfra_opt.predict.calibrate import MIN_DECODE_STEPS, calibrate, predict_level
-from runinfra_opt.predict.figures import decode_steps, figures
+from runinfra_opt.predict.figures import batch_residuals, decode_steps, figures
 from runinfra_opt.predict.serving import (
     FRONT_GAP_S,
     Corrections,
@@ -311,6 +311,35 @@ def test_calibration_from_decode_steps_is_not_misled_by_prefills(level: LoadLeve
     assert any("calibrated output tokens/s misses the measured one" in note for note in pinned.notes)
     fitted = calibrate(level, baseline, BATCHED, measured)
     assert abs(fitted.corrections.step_s - truth.step_s) > 1e-3
+
+
+def test_steps_priced_by_batch_size_from_a_loaded_run() -> None:
+    """A loaded server's steps grow faster with the batch than the table measured at a few sequences extrapolates:
+    the residuals by batch size read off its decoding steps recover that growth and re-predict the run, where the
+    one constant a level's calibration fits cannot."""
+    items = [_item(i, 40 + 20 * (i % 3), 8 + 7 * (i % 5)) for i in range(40)]
+    truth = Corrections(by_batch=((1.0, 0.001), (4.0, 0.004), (16.0, 0.040)))
+    assert truth.step_at(0) == truth.step_at(1) == pytest.approx(0.001)
+    assert truth.step_at(10) == pytest.approx(0.022)  # linear between points
+    assert truth.step_at(40) == pytest.approx(0.040)  # the last point's beyond it
+    level = Rate(5.0, 1.0, 0)  # the batch climbs to over 16 sequences and back
+    measured = predict_run(level, items, BATCHED, corrections=truth)
+    points = batch_residuals(measured, BATCHED)
+    assert len(points) >= 5
+    assert [b for b, _ in points] == sorted(b for b, _ in points)
+    assert max(b for b, _ in points) >= 16
+    for batch, residual in points:
+        assert residual == pytest.approx(truth.step_at(round(batch)), abs=0.001), batch
+    by_batch = figures(predict_run(level, items, BATCHED, corrections=Corrections(by_batch=points)))
+    constant = calibrate(level, items, BATCHED, measured, from_steps=True).corrections
+    flat = figures(predict_run(level, items, BATCHED, corrections=constant))
+    want = figures(measured)
+    assert want.mean_tpot_s is not None
+    assert by_batch.mean_tpot_s is not None
+    assert flat.mean_tpot_s is not None
+    assert by_batch.mean_tpot_s == pytest.approx(want.mean_tpot_s, rel=0.05)
+    assert abs(flat.mean_tpot_s / want.mean_tpot_s - 1) > 0.05
+    assert batch_residuals(measured, BATCHED, min_steps=10_000) == ()
 
 
 def test_a_burst_reaches_an_idle_engine_one_request_at_a_time() -> None:

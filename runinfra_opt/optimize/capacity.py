@@ -6,8 +6,9 @@ server, since throughput there is only the offered load).
   rate, by bisection over offered rates on the modelled scheduler, judged on the predicted records exactly as a
   measured run is judged (`load.capacity.verdict`).
 - **Searched** (`search`, right after a launched variant's batch-1 timing and load levels, on its server): first
-  an untimed warm-up (`warm_up`: the planned requests at the highest measurable rate, so the first rate judged
-  is not the server's first heavy load), then a `load.capacity.RateSearch` from the predicted rate,
+  a warm-up judged by nothing (`warm_up`: the planned requests at the highest measurable rate, so the first rate
+  judged is not the server's first heavy load; the baseline's decoding steps there price the predictions' steps
+  by batch size), then a `load.capacity.RateSearch` from the predicted rate,
   one run per offered rate of the planned requests (cycled to `--capacity-requests`: `level_requests`), Poisson
   arrivals (seeded), or the recorded pattern scaled when every request has an arrival time. A rate whose verdict
   is unclear (`load.capacity.unclear`) is run once more (fresh cache salt), `REPEATS` at most per server, and
@@ -151,15 +152,14 @@ def predict(
     drafts: dict[str, DraftCost] | None = None,
 ) -> None:
     """Every predictable variant's predicted capacity into `capacity.predicted` (when capacity may decide); `drafts`:
-    the draft-model variants' proposers (`optimize.serving.draft_cost`). Once the baseline's capacity is searched,
-    the other variants are predicted with the step and request corrections fitted on its run at the rate nearest
-    its knee (`_searched_corrections`), as a load level's predictions are fitted on the baseline's run there; the
-    baseline's own prediction keeps the batch-1 ones (never a fit of itself)."""
+    the draft-model variants' proposers (`optimize.serving.draft_cost`). Once the baseline's server has warmed up
+    for its search, every variant (the baseline included) is predicted with its steps' cost by batch size read off
+    that warm-up (`_warmup_corrections`); before, with the batch-1 `corrections`."""
     from runinfra_opt.predict.overhead import NONE as NO_OVERHEAD
 
     if not may_decide(state):
         return
-    searched = _searched_corrections(state, passes.get(BASELINE.name, []), table)
+    fitted = _warmup_corrections(state, table, corrections) or corrections
     for name, items in passes.items():
         if not items:
             continue
@@ -169,8 +169,6 @@ def predict(
         mean_e2e = sum(r.e2e_s for r in vr.predicted_requests) / max(len(vr.predicted_requests), 1)
         start = 1.0 / mean_e2e if mean_e2e > 0 else 1.0
         overhead = overheads.get(name, NO_OVERHEAD)
-        fitted = searched if searched is not None and name != BASELINE.name else corrections
-
         draft = (drafts or {}).get(name)
 
         def sustained(
@@ -178,7 +176,6 @@ def predict(
             items: list[RequestPasses] = items,
             overhead: SpecOverhead = overhead,
             draft: DraftCost | None = draft,
-            fitted: Corrections | None = fitted,
         ) -> bool:
             return _predicted_verdict(state, rate, items, table, fitted, overhead, draft)
 
@@ -188,39 +185,36 @@ def predict(
         vr.capacity = vc
 
 
-SEARCHED_CORRECTIONS_KEY = "capacity_corrections"
-"""`results.cost_model[...]`: the corrections the non-baseline capacity predictions were fitted with, and where."""
+WARMUP_CORRECTIONS_KEY = "capacity_corrections"
+"""`results.cost_model[...]`: the step corrections by batch size the capacity predictions use, and what they were
+read off."""
 
 
-def _searched_corrections(state: RunState, base: list[RequestPasses], table: StepCostTable) -> Corrections | None:
-    """The step and request corrections fitted (`predict.calibrate.calibrate`) on the baseline's searched run at
-    its highest sustained rate (else its lowest offered one); None before the baseline's search or when the run
-    cannot be fitted. Recorded in `results.cost_model[SEARCHED_CORRECTIONS_KEY]`."""
+def _warmup_corrections(state: RunState, table: StepCostTable, batch1: Corrections | None) -> Corrections | None:
+    """The batch-1 `corrections` with the step's by batch size (`predict.figures.batch_residuals`) read off the
+    baseline's warm-up: the table is measured up to a few sequences at one context length, the searched rates
+    step many more at the requests' own. None before the warm-up or when it shows too few decoding steps. The
+    warm-up offers the highest rate the search may, and nothing judges it, so the baseline's prediction is not
+    fitted on a rate it is checked at. Recorded in `results.cost_model[WARMUP_CORRECTIONS_KEY]`."""
     from runinfra_opt.load.store import read_run
-    from runinfra_opt.predict.calibrate import as_served, calibrate
+    from runinfra_opt.predict.figures import batch_residuals
+    from runinfra_opt.predict.serving import Corrections
 
     vr = state.results.variant(BASELINE.name)
-    levels = [lv for lv in (vr.capacity.levels if vr and vr.capacity else []) if lv.records]
-    if not base or not levels:
+    records = vr.capacity.warmup_records if vr and vr.capacity else None
+    path = state.run_dir / records if records else None
+    if path is None or not path.exists():
         return None
-    sustained = {rate for rate, ok in search_rules.pooled(levels, state.config.slo_attainment) if ok}
-    kept = [lv for lv in levels if lv.rate in sustained]
-    level = max(kept, key=lambda lv: lv.rate) if kept else min(levels, key=lambda lv: lv.rate)
-    path = state.run_dir / str(level.records)
-    if not path.exists():
+    points = batch_residuals(read_run(path), table)
+    if not points:
         return None
-    run = read_run(path)
-    items = _level_passes(state, base)
-    try:
-        fitted = calibrate(run.level, as_served(items, [run]), table, run, from_steps=True)
-    except ValueError:
-        return None
-    state.results.cost_model[SEARCHED_CORRECTIONS_KEY] = {
-        "step_s": fitted.corrections.step_s,
-        "request_s": fitted.corrections.request_s,
-        "fitted_to": f"the baseline's searched run at {level.rate:g} requests/s ({level.records})",
+    base = batch1 or Corrections()
+    state.results.cost_model[WARMUP_CORRECTIONS_KEY] = {
+        "by_batch": [[b, s] for b, s in points],
+        "request_s": base.request_s,
+        "fitted_to": f"the baseline's warm-up for its capacity search ({records}): decoding steps by batch size",
     }
-    return fitted.corrections
+    return Corrections(base.step_s, base.request_s, by_batch=points)
 
 
 def _bisect(check: Callable[[float], bool], start: float, ceiling: float, floor: float) -> float:
@@ -343,11 +337,20 @@ def run_level(state: RunState, variant: Variant, rate: float, path: Path) -> Cap
 
 
 def warm_up(state: RunState, variant: Variant) -> float:
-    """The planned requests offered once at the highest measurable rate, untimed (nothing is kept), so that the
-    first rate judged is not the server's first heavy load; returns its seconds."""
+    """The planned requests offered once at the highest measurable rate, judged by nothing, so that the first rate
+    judged is not the server's first heavy load; its records go to `capacity.warmup_records` (the baseline's
+    calibrate the capacity predictions: `_warmup_corrections`). Returns its seconds."""
+    from runinfra_opt.load.store import RecordWriter
+
     engine = cast(LoadServer, state.engine)
+    vc = state.variant_result(variant).capacity
+    assert vc is not None
+    path = Path("load") / safe_name(variant.name) / "capacity-warmup.jsonl"
     started = time.perf_counter()
-    engine.run_load(variant, offered(state, _ceiling(state)), state.requests, max_tokens=state.max_tokens)
+    level = offered(state, _ceiling(state))
+    with RecordWriter(state.run_dir / path) as writer:
+        engine.run_load(variant, level, state.requests, max_tokens=state.max_tokens, sink=writer)
+    vc.warmup_records = path.as_posix()
     return round(time.perf_counter() - started, 2)
 
 

@@ -9,9 +9,13 @@ import statistics
 from bisect import bisect_right
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from runinfra_opt.load.metrics import WARMUP_FRACTION, measured_window
 from runinfra_opt.load.runner import LevelRun
+
+if TYPE_CHECKING:  # pragma: no cover
+    from runinfra_opt.predict.steptable import StepCostTable
 
 
 @dataclass(frozen=True)
@@ -84,6 +88,34 @@ def decode_steps(runs: LevelRun | Sequence[LevelRun]) -> list[tuple[int, float]]
     token (a prefill) came in between. Read from the client's receive times, so it includes what the server adds
     to a step (scheduling, sampling, output processing) at the run's real context lengths."""
     return [(len(after), seconds) for _, after, seconds in _step_pairs(runs)]
+
+
+MIN_BATCH_STEPS = 10
+"""Decoding steps behind each point of `batch_residuals`."""
+
+
+def batch_residuals(
+    runs: LevelRun | Sequence[LevelRun], table: StepCostTable, min_steps: int = MIN_BATCH_STEPS
+) -> tuple[tuple[float, float], ...]:
+    """What a measured run's plain decoding steps (`decode_steps`) take beyond `table`'s, by batch size: the steps
+    in ascending batch size, taken in groups of at least `min_steps` (a batch size's steps stay in one group), each
+    group's median batch size and median of (measured - `table.step_s(B, 1)`); empty with fewer steps. The table is
+    measured up to a few sequences at one context length, and a loaded server's steps run at many more sequences
+    at its requests' own context lengths: read at each batch size, these correct both where a constant would
+    correct neither (`Corrections.by_batch`)."""
+    by_batch: dict[int, list[float]] = {}
+    for batch, seconds in decode_steps(runs):
+        by_batch.setdefault(batch, []).append(seconds - table.step_s(batch, 1))
+    points: list[tuple[float, float]] = []
+    group: list[tuple[int, float]] = []
+    for batch in sorted(by_batch):
+        group += [(batch, r) for r in by_batch[batch]]
+        if len(group) >= min_steps:
+            points.append((statistics.median(b for b, _ in group), statistics.median(r for _, r in group)))
+            group = []
+    if group and points:  # the few left join the last group's point
+        points[-1] = (points[-1][0], statistics.median([points[-1][1]] + [r for _, r in group]))
+    return tuple(points)
 
 
 def speculative_steps(

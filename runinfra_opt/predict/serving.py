@@ -16,6 +16,7 @@ and the step-time equation are in docs/how-it-works.md.
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections import deque
 from collections.abc import Collection, Iterator, Sequence
@@ -117,9 +118,24 @@ class Corrections:
     """Fitted on the baseline's measured run at one level (`calibrate`); zero: the raw prediction."""
 
     step_s: float = 0.0
-    """Added to every step."""
+    """Added to every step (without `by_batch`)."""
     request_s: float = 0.0
     """Between a request's send and the engine seeing it."""
+    by_batch: tuple[tuple[float, float], ...] = ()
+    """(sequences, seconds) added to a step by how many sequences decode in it, read off a measured run's decoding
+    steps (`figures.batch_residuals`), in place of `step_s`: linear between the points, the end ones' beyond."""
+
+    def step_at(self, sequences: int) -> float:
+        """What a step of `sequences` decoding sequences adds (`step_s` without `by_batch`)."""
+        points = self.by_batch
+        if not points:
+            return self.step_s
+        if sequences <= points[0][0]:
+            return points[0][1]
+        for (x0, y0), (x1, y1) in itertools.pairwise(points):
+            if sequences <= x1:
+                return y0 + (y1 - y0) * (sequences - x0) / (x1 - x0)
+        return points[-1][1]
 
 
 @dataclass(slots=True, eq=False)
@@ -231,7 +247,7 @@ def predict_run(
         seconds += overhead.step_extra_s(carried - len(decoding), len(decoding) + len(prefilled))
         if draft is not None:
             seconds += draft.step_s(len(decoding) + len(prefilled), carried, prefill_tokens)
-        now += max(seconds + corrections.step_s, 0.0)
+        now += max(seconds + corrections.step_at(max(len(decoding), 1)), 0.0)
         finished: list[_Sequence] = []
         for sequence in decoding:
             emitted = sequence.item.passes[sequence.next_pass][1]
@@ -255,10 +271,14 @@ def predict_run(
                 send(upcoming, now)
                 upcoming = next(schedule, None)
     run = LevelRun(level, records, started_at=0.0, duration_s=now, peak_in_flight=peak)
+    step = (
+        f"step {corrections.step_s * 1000:+.2f} ms"
+        if not corrections.by_batch
+        else "step by batch size " + ", ".join(f"{b:g}: {s * 1000:+.1f} ms" for b, s in corrections.by_batch)
+    )
     run.notes.append(
         f"{level.name}: predicted from the step-cost table{f' ({table.method})' if table.method else ''}, "
-        f"no server ran (corrections: step {corrections.step_s * 1000:+.2f} ms, "
-        f"request {corrections.request_s * 1000:+.2f} ms)"
+        f"no server ran (corrections: {step}, request {corrections.request_s * 1000:+.2f} ms)"
     )
     if overflowed:
         run.notes.append(

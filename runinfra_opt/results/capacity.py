@@ -46,6 +46,8 @@ class VariantCapacity(_Model):
     """Every run of the search in order; a rate whose verdict was unclear appears once per run of it."""
     warmup_s: float | None = None
     """The untimed warm-up's seconds on this variant's server before its first rate (`optimize.capacity.warm_up`)."""
+    warmup_records: str | None = None
+    """The warm-up's records (judged by nothing; the baseline's decoding steps calibrate the capacity predictions)."""
     note: str | None = None
 
 
