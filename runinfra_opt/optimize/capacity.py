@@ -192,10 +192,11 @@ read off."""
 
 def _warmup_corrections(state: RunState, table: StepCostTable, batch1: Corrections | None) -> Corrections | None:
     """The batch-1 `corrections` with the step's by batch size (`predict.figures.batch_residuals`) read off the
-    baseline's warm-up: the table is measured up to a few sequences at one context length, the searched rates
-    step many more at the requests' own. None before the warm-up or when it shows too few decoding steps. The
-    warm-up offers the highest rate the search may, and nothing judges it, so the baseline's prediction is not
-    fitted on a rate it is checked at. Recorded in `results.cost_model[WARMUP_CORRECTIONS_KEY]`."""
+    baseline's warm-up, from the batch-1 step correction at one sequence: the table is measured up to a few
+    sequences at one context length, the searched rates step many more at the requests' own. None before the
+    warm-up or when it shows too few decoding steps. The warm-up offers the highest rate the search may, and
+    nothing judges it, so the baseline's prediction is not fitted on a rate it is checked at. Recorded in
+    `results.cost_model[WARMUP_CORRECTIONS_KEY]`."""
     from runinfra_opt.load.store import read_run
     from runinfra_opt.predict.figures import batch_residuals
     from runinfra_opt.predict.serving import Corrections
@@ -209,6 +210,8 @@ def _warmup_corrections(state: RunState, table: StepCostTable, batch1: Correctio
     if not points:
         return None
     base = batch1 or Corrections()
+    if points[0][0] > 1:  # anchored at batch 1 by the batch-1 fit (a warm-up rarely steps one sequence alone)
+        points = ((1.0, base.step_s), *points)
     state.results.cost_model[WARMUP_CORRECTIONS_KEY] = {
         "by_batch": [[b, s] for b, s in points],
         "request_s": base.request_s,
@@ -260,6 +263,7 @@ def judge(
         attainment=config.slo_attainment,
         preemptions=preemptions,
         kv_cache_peak=kv,
+        request_s=_baseline_e2e(state),
     )
 
 
@@ -295,7 +299,9 @@ def _saturates(state: RunState) -> bool | None:
     if found is None or found.records is None:
         return None
     run = read_run(state.run_dir / found.records)
-    level = search_rules.verdict(run, 0.0, slo_ttft_ms=None, slo_tpot_ms=None, attainment=0.0)
+    level = search_rules.verdict(
+        run, 0.0, slo_ttft_ms=None, slo_tpot_ms=None, attainment=0.0, request_s=_baseline_e2e(state)
+    )
     return not level.kept_up
 
 
