@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from runinfra_opt.load import Concurrency, LevelRun
+from runinfra_opt.load import Concurrency, LevelRun, Rate
 from runinfra_opt.optimize.serving import pace
 from runinfra_opt.predict.figures import speculative_steps
 from runinfra_opt.predict.overhead import (
@@ -18,6 +18,7 @@ from runinfra_opt.predict.overhead import (
     fit_drafted,
     leave_one_out,
     level_samples,
+    warmup_samples,
 )
 from runinfra_opt.predict.serving import Corrections, RequestPasses, predict_run
 from runinfra_opt.predict.steptable import StepCostTable
@@ -164,6 +165,29 @@ def test_under_load_the_drafted_token_term_is_read_off_other_variants_steps() ->
     # held at a per-sequence term that is too high, the drafted one absorbs what it can and stays >= 0
     assert fit_drafted(samples, 0.1).drafted_token_s == 0.0
     assert fit_drafted([], 0.001) is NONE
+
+
+def test_a_warm_up_climbing_through_batch_sizes_pins_both_terms() -> None:
+    """A capacity search's warm-up climbs through many batch sizes, few steps at each: grouped by batch size, its
+    steps give one sample per group beyond the table and the baseline's correction by batch size, and `fit` recovers
+    both terms, the per-sequence one too (here 0.8 ms a sequence + 0.3 ms a drafted token)."""
+    truth = SpecOverhead(0.0008, 0.0003)
+    correction = Corrections(by_batch=((1.0, 0.0), (8.0, -0.004)))
+    items = []
+    for i in range(30):
+        passes = [(1, 1) if (i + j) % 3 == 0 else (5, 1 + (i * j) % 5) for j in range(60 + i % 7)]
+        request = Request(id=f"r{i}", line=i + 1, prompt="p", max_tokens=200)
+        items.append(RequestPasses(request, 12, tuple(passes)))
+    run = predict_run(Rate(4.0, 1.0, 0), items, TABLE, corrections=correction, overhead=truth)  # up to 20 in flight
+    by_id = {item.request.id: item.passes for item in items}
+    samples = warmup_samples("k4", run, by_id, TABLE, correction.step_at)
+    assert len(samples) >= 5
+    assert len({s.steps for s in samples}) == len(samples)  # one sample a group of batch sizes
+    assert max(s.steps for s in samples) >= 15
+    fitted = fit(samples)  # medians of groups spanning several batch sizes: close, not exact
+    assert fitted.step_s == pytest.approx(0.0008, rel=0.15)
+    assert fitted.drafted_token_s == pytest.approx(0.0003, rel=0.15)
+    assert warmup_samples("k4", run, by_id, TABLE, correction.step_at, min_steps=100_000) == []
 
 
 def test_a_request_that_left_its_simulated_output_carries_its_mean() -> None:

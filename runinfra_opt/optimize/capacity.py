@@ -4,11 +4,13 @@ server, since throughput there is only the offered load).
 
 - **Predicted** (`predict`, from the serving predictor's phases): every predictable variant's highest sustained
   rate, by bisection over offered rates on the modelled scheduler, judged on the predicted records exactly as a
-  measured run is judged (`load.capacity.verdict`).
+  measured run is judged (`load.capacity.verdict`); once searches have warmed their servers up, with the steps
+  priced by batch size from the baseline's warm-up (`_warmup_corrections`) and the speculative terms from the
+  launched variants' (`_warmup_overheads`).
 - **Searched** (`search`, right after a launched variant's batch-1 timing and load levels, on its server): first
-  a warm-up judged by nothing (`warm_up`: the planned requests at the highest measurable rate, so the first rate
-  judged is not the server's first heavy load; the baseline's decoding steps there price the predictions' steps
-  by batch size), then a `load.capacity.RateSearch` from the predicted rate,
+  a warm-up judged by nothing (`warm_up`: what a rate sends, at the highest measurable rate, so the first rate
+  judged is not the server's first heavy load; its decoding steps price the predictions' steps by batch size),
+  then a `load.capacity.RateSearch` from the predicted rate,
   one run per offered rate of the planned requests (cycled to `--capacity-requests`: `level_requests`), Poisson
   arrivals (seeded), or the recorded pattern scaled when every request has an arrival time. A rate whose verdict
   is unclear (`load.capacity.unclear`) is run once more (fresh cache salt), `REPEATS` at most per server, and
@@ -160,6 +162,7 @@ def predict(
     if not may_decide(state):
         return
     fitted = _warmup_corrections(state, table, corrections) or corrections
+    under_load = _warmup_overheads(state, passes, table, fitted, drafts or {}) if fitted is not None else {}
     for name, items in passes.items():
         if not items:
             continue
@@ -168,7 +171,7 @@ def predict(
             continue
         mean_e2e = sum(r.e2e_s for r in vr.predicted_requests) / max(len(vr.predicted_requests), 1)
         start = 1.0 / mean_e2e if mean_e2e > 0 else 1.0
-        overhead = overheads.get(name, NO_OVERHEAD)
+        overhead = under_load.get(name) or overheads.get(name, NO_OVERHEAD)
         draft = (drafts or {}).get(name)
 
         def sustained(
@@ -218,6 +221,47 @@ def _warmup_corrections(state: RunState, table: StepCostTable, batch1: Correctio
         "fitted_to": f"the baseline's warm-up for its capacity search ({records}): decoding steps by batch size",
     }
     return Corrections(base.step_s, base.request_s, by_batch=points)
+
+
+WARMUP_OVERHEADS_KEY = "capacity_spec_overheads"
+"""`results.cost_model[...]`: the speculative step terms the capacity predictions use, fitted on warm-ups."""
+
+
+def _warmup_overheads(
+    state: RunState,
+    passes: dict[str, list[RequestPasses]],
+    table: StepCostTable,
+    corrections: Corrections,
+    drafts: dict[str, DraftCost],
+) -> dict[str, SpecOverhead]:
+    """The speculative step terms under load for each variant of a method whose launched variants have warmed up
+    for their searches: both terms fitted (`predict.overhead.fit`) on those warm-ups' steps by batch size
+    (`predict.overhead.warmup_samples`, beyond the table and the baseline's warm-up `corrections`). A variant's
+    own warm-up counts toward its terms: it offers the highest rate the search may, which nothing judges. Variants
+    of a method none of whose variants warmed up keep the batch-1 terms. Recorded in
+    `results.cost_model[WARMUP_OVERHEADS_KEY]`."""
+    from runinfra_opt.load.store import read_run
+    from runinfra_opt.predict.overhead import Sample, fit, warmup_samples
+
+    method = {v.name: v.method for v in state.space if v.is_speculative}
+    samples: dict[str, list[Sample]] = {}
+    for vr in state.results.variants:
+        records = vr.capacity.warmup_records if vr.capacity else None
+        if vr.name not in method or vr.name not in passes or not records or not (state.run_dir / records).exists():
+            continue
+        by_id = {item.request.id: item.passes for item in passes[vr.name]}
+        run = read_run(state.run_dir / records)
+        found = warmup_samples(vr.name, run, by_id, table, corrections.step_at, drafts.get(vr.name))
+        samples.setdefault(method[vr.name], []).extend(found)
+    fitted = {family: fit(rows) for family, rows in samples.items() if rows}
+    out = {name: fitted[family] for name, family in method.items() if family in fitted}
+    if fitted:
+        state.results.cost_model[WARMUP_OVERHEADS_KEY] = {
+            "by_method": {family: terms.to_dict() for family, terms in fitted.items()},
+            "method": "least squares over the launched variants' capacity warm-ups, their decoding steps grouped by "
+            "batch size, beyond the table and the baseline's warm-up step corrections",
+        }
+    return out
 
 
 def _bisect(check: Callable[[float], bool], start: float, ceiling: float, floor: float) -> float:
@@ -343,9 +387,10 @@ def run_level(state: RunState, variant: Variant, rate: float, path: Path) -> Cap
 
 
 def warm_up(state: RunState, variant: Variant) -> float:
-    """The planned requests offered once at the highest measurable rate, judged by nothing, so that the first rate
-    judged is not the server's first heavy load; its records go to `capacity.warmup_records` (the baseline's
-    calibrate the capacity predictions: `_warmup_corrections`). Returns its seconds."""
+    """What one offered rate sends (`level_requests`), offered once at the highest measurable rate and judged by
+    nothing, so that the first rate judged is not the server's first heavy load; its records go to
+    `capacity.warmup_records`, where the capacity predictions read the steps' cost at the batch sizes the searched
+    rates reach (`_warmup_corrections`, `_warmup_overheads`). Returns its seconds."""
     from runinfra_opt.load.store import RecordWriter
 
     engine = cast(LoadServer, state.engine)
@@ -355,7 +400,7 @@ def warm_up(state: RunState, variant: Variant) -> float:
     started = time.perf_counter()
     level = offered(state, _ceiling(state))
     with RecordWriter(state.run_dir / path) as writer:
-        engine.run_load(variant, level, state.requests, max_tokens=state.max_tokens, sink=writer)
+        engine.run_load(variant, level, level_requests(state), max_tokens=state.max_tokens, sink=writer)
     vc.warmup_records = path.as_posix()
     return round(time.perf_counter() - started, 2)
 
