@@ -9,7 +9,7 @@ import statistics
 from bisect import bisect_right
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from runinfra_opt.load.metrics import WARMUP_FRACTION, measured_window
 from runinfra_opt.load.runner import LevelRun
@@ -94,27 +94,34 @@ MIN_BATCH_STEPS = 10
 """Decoding steps behind each point of `batch_residuals`."""
 
 
+def by_batch_groups(rows: Sequence[tuple[Any, ...]], min_steps: int) -> tuple[list[list[Any]], list[Any]]:
+    """Rows whose first field is a step's batch size, in ascending batch size, taken in groups of at least
+    `min_steps` (a batch size's rows stay in one group); and the rows left over past the last group. A run that
+    climbs through many batch sizes shows few steps at any one of them but many across them."""
+    groups: list[list[Any]] = []
+    group: list[Any] = []
+    ordered = sorted(rows, key=lambda row: row[0])
+    for i, row in enumerate(ordered):
+        group.append(row)
+        if len(group) >= min_steps and (i + 1 == len(ordered) or ordered[i + 1][0] != row[0]):
+            groups.append(group)
+            group = []
+    return groups, group
+
+
 def batch_residuals(
     runs: LevelRun | Sequence[LevelRun], table: StepCostTable, min_steps: int = MIN_BATCH_STEPS
 ) -> tuple[tuple[float, float], ...]:
     """What a measured run's plain decoding steps (`decode_steps`) take beyond `table`'s, by batch size: the steps
-    in ascending batch size, taken in groups of at least `min_steps` (a batch size's steps stay in one group), each
-    group's median batch size and median of (measured - `table.step_s(B, 1)`); empty with fewer steps. The table is
-    measured up to a few sequences at one context length, and a loaded server's steps run at many more sequences
-    at its requests' own context lengths: read at each batch size, these correct both where a constant would
-    correct neither (`Corrections.by_batch`)."""
-    by_batch: dict[int, list[float]] = {}
-    for batch, seconds in decode_steps(runs):
-        by_batch.setdefault(batch, []).append(seconds - table.step_s(batch, 1))
-    points: list[tuple[float, float]] = []
-    group: list[tuple[int, float]] = []
-    for batch in sorted(by_batch):
-        group += [(batch, r) for r in by_batch[batch]]
-        if len(group) >= min_steps:
-            points.append((statistics.median(b for b, _ in group), statistics.median(r for _, r in group)))
-            group = []
-    if group and points:  # the few left join the last group's point
-        points[-1] = (points[-1][0], statistics.median([points[-1][1]] + [r for _, r in group]))
+    in groups (`by_batch_groups`), each group's median batch size and median of (measured - `table.step_s(B, 1)`);
+    empty with fewer steps than one group. The table is measured up to a few sequences at one context length, and a
+    loaded server's steps run at many more sequences at its requests' own context lengths: read at each batch size,
+    these correct both where a constant would correct neither (`Corrections.by_batch`)."""
+    rows = [(batch, seconds - table.step_s(batch, 1)) for batch, seconds in decode_steps(runs)]
+    groups, left = by_batch_groups(rows, min_steps)
+    points = [(statistics.median(b for b, _ in g), statistics.median(r for _, r in g)) for g in groups]
+    if left and points:  # the few left join the last group's point
+        points[-1] = (points[-1][0], statistics.median([points[-1][1]] + [r for _, r in left]))
     return tuple(points)
 
 

@@ -24,7 +24,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from runinfra_opt.predict.figures import speculative_steps
+from runinfra_opt.predict.figures import by_batch_groups, speculative_steps
 
 if TYPE_CHECKING:  # pragma: no cover
     from runinfra_opt.load.runner import LevelRun
@@ -185,33 +185,26 @@ def warmup_samples(
 ) -> list[Sample]:
     """What a speculative server's steps cost beyond the table and the baseline's step correction by batch size
     (`step_at(B)`, `optimize.capacity`), read off a run that climbs through many batch sizes (a capacity search's
-    warm-up): its decoding steps (`figures.speculative_steps`) in ascending batch size, taken in groups of at least
-    `min_steps` (a batch size's steps stay in one group), one sample per group: the medians of the residual, of
-    the batch size and of the tokens drafted. A climbing run shows few steps at any one batch size but many
-    across them, so both of `fit`'s terms can be pinned, the per-sequence one too (a proposer's per-request cost
-    at batch 1 need not hold at 40 requests)."""
+    warm-up): its decoding steps (`figures.speculative_steps`) in groups of batch sizes (`figures.by_batch_groups`),
+    one sample per group: the medians of the residual, of the batch size and of the tokens drafted. A climbing run
+    shows few steps at any one batch size but many across them, so both of `fit`'s terms can be pinned, the
+    per-sequence one too (a proposer's per-request cost at batch 1 need not hold at 40 requests)."""
     rows: list[tuple[int, float, float]] = []
     for sequences, carried, seconds in speculative_steps(runs, passes):
         residual = seconds - table.step_s(sequences, carried / sequences) - step_at(sequences)
         if draft is not None:
             residual -= draft.step_s(sequences, carried)
         rows.append((sequences, residual, carried - sequences))
-    rows.sort()
-    samples: list[Sample] = []
-    group: list[tuple[int, float, float]] = []
-    for i, row in enumerate(rows):
-        group.append(row)
-        if len(group) >= min_steps and (i + 1 == len(rows) or rows[i + 1][0] != row[0]):
-            samples.append(
-                Sample(
-                    variant,
-                    statistics.median(r for _, r, _ in group),
-                    statistics.median(b for b, _, _ in group),
-                    statistics.median(d for _, _, d in group),
-                )
-            )
-            group = []
-    return samples
+    groups, _ = by_batch_groups(rows, min_steps)
+    return [
+        Sample(
+            variant,
+            statistics.median(r for _, r, _ in group),
+            statistics.median(b for b, _, _ in group),
+            statistics.median(d for _, _, d in group),
+        )
+        for group in groups
+    ]
 
 
 def median_by_request(values: Mapping[str, Sequence[float]]) -> dict[str, float]:
