@@ -23,6 +23,7 @@ from runinfra_opt.load.capacity import (
     peak_rate,
     pooled,
     servers_needed,
+    share_text,
     unclear,
     verdict,
 )
@@ -205,7 +206,7 @@ def test_a_variant_whose_output_differs_does_not_win_on_capacity(
     monkeypatch.setenv("FAKE_VLLM_SPEC", "diverge:6")  # output token 6 differs, with a 2-nat margin: confident
     _, results = _optimize(
         runner, table_server, tiny_models[0], workload, tmp_path,
-        "--priority", "capacity", *SLO, "--load", "none", "--confirm", "1",
+        "--priority", "capacity", *SLO, "--load", "none", "--confirm", "1", "--budget-minutes", "0.01",
     )  # fmt: skip
     summary = results.capacity
     assert summary is not None
@@ -228,6 +229,12 @@ def test_a_variant_whose_output_differs_does_not_win_on_capacity(
     assert results.decision is not None
     assert results.decision.winner == "baseline"
     assert summary.target_rate is None  # no recorded arrivals, no --target-rate: no server count
+    # a budget spent before the search: the least a search measures (a warm-up and one rate), and it says so
+    assert len(baseline.capacity.levels) == 1
+    assert summary.budget_ran_out[0].startswith(
+        "baseline: --budget-minutes left 0 s for its search; its warm-up and one offered rate"
+    ), summary.budget_ran_out
+    assert summary.budget_ran_out[-1].startswith("baseline: the budget allowed 1 rate(s); the answer is [")
     assert all(row.servers is None for row in summary.rows)
 
 
@@ -352,7 +359,15 @@ def test_verdict_names_a_growing_queue_and_the_attainment() -> None:
     level = verdict(LevelRun(Rate(2.0), slow_tpot, 0.0, 8.0, 5), 2.0, slo_ttft_ms=None, slo_tpot_ms=150,
                     attainment=0.99)  # fmt: skip
     assert (level.passed, level.attained) == (False, 0.0)
-    assert "0% of requests within the SLOs, below 99%" in level.reason
+    assert "0 of 12 requests (0%) within the SLOs, below 99%" in level.reason
+    # a share that rounds to the one asked for is printed with the decimals that tell them apart
+    one_slow = [*[_record(i, i * 0.5, 0.1, e2e=1.0) for i in range(47)], _record(47, 23.5, 0.1, e2e=2.1)]
+    level = verdict(LevelRun(Rate(2.0), one_slow, 0.0, 30.0, 5), 2.0, slo_ttft_ms=None, slo_tpot_ms=150,
+                    attainment=0.98)  # fmt: skip
+    assert "47 of 48 requests (97.9%) within the SLOs, below 98%" in level.reason
+    assert [share_text(a, b) for a, b in [(0.896, 0.9), (0.8996, 0.9), (0.5, 0.9), (0.9, 0.9)]] == [
+        "89.6%", "89.96%", "50%", "90%"
+    ]  # fmt: skip
 
 
 def _level(rate: float, met: int, requests: int = 36, kept_up: bool = True) -> CapacityLevel:

@@ -405,10 +405,10 @@ def warm_up(state: RunState, variant: Variant) -> float:
     return round(time.perf_counter() - started, 2)
 
 
-def _verdict_text(runs: list[CapacityLevel], passed: bool) -> str:
+def _verdict_text(runs: list[CapacityLevel], passed: bool, attainment: float) -> str:
     if len(runs) == 1:
         return "sustained" if passed else f"missed: {runs[0].reason}"
-    shares = ", ".join(f"{run.attained:.0%}" for run in runs if run.attained is not None)
+    shares = ", ".join(search_rules.share_text(run.attained, attainment) for run in runs if run.attained is not None)
     return f"{len(runs)} runs ({shares} within the SLOs), pooled: {'sustained' if passed else 'missed'}"
 
 
@@ -428,8 +428,19 @@ def search(state: RunState, variant: Variant) -> None:
         vc.search_start = vc.predicted if vc.predicted else 1.0 / max(_baseline_e2e(state), 1e-3)
     start = vc.search_start
     window = _window_s(state, start)
+    warmup = _window_s(state, _ceiling(state)) if vc.warmup_records is None else 0.0
     share = max(state.budget_left(), 0.0) / _servers_left(state)
-    runs_allowed = int(share // window)
+    runs_allowed = int(max(share - warmup, 0.0) // window)
+    said = any(text.startswith(f"{variant.name}: --budget-minutes left") for text in summary.budget_ran_out)
+    if runs_allowed < 1 and not vc.levels and not said:
+        # the least a search measures (a warm-up and one rate), over the budget: said, so a run that takes longer
+        # than --budget-minutes says where
+        text = (
+            f"{variant.name}: --budget-minutes left {share:.0f} s for its search; its warm-up and one offered rate, "
+            f"the least a search measures, take about {warmup + window:.0f} s"
+        )
+        summary.budget_ran_out.append(text)
+        state.reporter.note(f"capacity search over the budget: {text}")
     allowed = max(1, min(search_rules.MAX_LEVELS, runs_allowed))
     if not summary.plan:
         servers = _servers_left(state)
@@ -473,7 +484,7 @@ def search(state: RunState, variant: Variant) -> None:
             state.save()
         tried = search_rules.pooled(vc.levels, attainment)
         passed = dict(tried)[rate]
-        state.reporter.note(f"{variant.name} at {rate:g} requests/s: {_verdict_text(runs, passed)}")
+        state.reporter.note(f"{variant.name} at {rate:g} requests/s: {_verdict_text(runs, passed, attainment)}")
     estimate = rules.estimate(tried)
     if estimate is None:
         return
