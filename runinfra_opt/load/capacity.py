@@ -110,9 +110,9 @@ def verdict(
     kept_up = not reasons
     attained = None
     if slo_ttft_ms is not None or slo_tpot_ms is not None:
-        attained = sum(_meets(r, slo_ttft_ms, slo_tpot_ms) for r in records) / len(records) if records else 0.0
+        met = sum(_meets(r, slo_ttft_ms, slo_tpot_ms) for r in records)
+        attained = met / len(records) if records else 0.0
         if attained < attainment:
-            met = sum(_meets(r, slo_ttft_ms, slo_tpot_ms) for r in records)
             reasons.append(
                 f"{met} of {len(records)} requests ({share_text(attained, attainment)}) within the SLOs, "
                 f"below {share_text(attainment)}"
@@ -136,7 +136,7 @@ def verdict(
 def share_text(share: float, other: float | None = None) -> str:
     """`share` as a percentage with the fewest decimals (up to 2) that tell it apart from `other`: 89.6% missed
     against 90% reads "89.6%", not "90%"."""
-    for digits in range(3):
+    for digits in range(2):
         text = f"{share:.{digits}%}"
         if other is None or share == other or text != f"{other:.{digits}%}":
             return text
