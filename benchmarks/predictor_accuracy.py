@@ -202,7 +202,11 @@ def head_to_head(
     (p_variant, e_variant), (p_name, e_name) = pair, (pair[0].name, pair[1].name)
     records: dict[str, list[Any]] = {p_name: [], e_name: []}
     start = time.perf_counter()
-    with open_engine(args.target, threads=args.threads) as engine:
+    from runinfra_opt.methods import get_method
+
+    drafters = [get_method(v.method).drafter(v) for v in (p_variant, e_variant)]
+    drafts = sorted({d.model for d in drafters if d is not None and d.model})  # the lab pair's draft, loaded
+    with open_engine(args.target, drafts, threads=args.threads) as engine:
         for variant in (p_variant, e_variant):
             engine.warmup(requests[0], variant)
         for repeat in range(args.h2h_repeats):
