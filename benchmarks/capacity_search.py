@@ -7,7 +7,8 @@ from `--from` to `--to` (one run per rate of the requests the search sends, `--c
 arrivals as the search offers them, the same judge; a rate whose verdict is unclear runs again and is judged on
 both runs pooled, as in the search) up to its first missed rate: its knee is the rate below, the
 rates above cannot move it, so its wall time is the least a dense sweep needs. Reported: each launched variant's
-measured capacity against its prediction (the prediction the search started from, and the re-fitted one), the
+measured capacity against its prediction (the one before its server warmed up, the one the search started from
+after the warm-up, and the re-fitted one at the end), the
 sweep's knee against the search's, and the two wall times (the search's with its warm-up).
 
     .venv/bin/python benchmarks/capacity_search.py [--workload summarize] [--requests 12] [--capacity-requests N]
@@ -78,10 +79,10 @@ def main() -> None:
     sweep: dict[str, Any] = {}
     searched = capacity.search
 
-    def search_then_sweep(state: Any, variant: Any) -> None:
+    def search_then_sweep(state: Any, variant: Any, repredict: Any = None) -> None:
         """The search as `optimize` runs it, then (baseline only) the dense sweep on the same server."""
         started = time.perf_counter()
-        searched(state, variant)
+        searched(state, variant, repredict)
         vc = state.variant_result(variant).capacity
         if variant.name != BASELINE.name or vc is None or vc.measured is None:
             return
@@ -147,6 +148,7 @@ def main() -> None:
             continue
         measured = vc.measured.model_dump() if vc.measured else None
         variants[vr.name] = {
+            "predicted_before_warmup": vc.before_warmup,
             "predicted_at_search": vc.search_start,
             "predicted_refitted": vc.predicted,
             "measured": measured,
@@ -156,6 +158,9 @@ def main() -> None:
             if vc.measured and vc.search_start
             else None,
             "error_vs_refitted": vc.measured.value / vc.predicted - 1 if vc.measured and vc.predicted else None,
+            "error_vs_before_warmup": vc.measured.value / vc.before_warmup - 1
+            if vc.measured and vc.before_warmup
+            else None,
             "note": vc.note,
         }
     figures = {
@@ -169,7 +174,10 @@ def main() -> None:
         args, figures, kept=None if args.workload == "summarize" else f"capacity_search-{args.workload}"
     )
     for name, row in variants.items():
-        print(name, row["predicted_at_search"], row["predicted_refitted"], row["measured"], row["status"])
+        print(
+            name, row["predicted_before_warmup"], row["predicted_at_search"], row["predicted_refitted"],
+            row["measured"], row["status"],
+        )  # fmt: skip
     print("sweep", {k: v for k, v in sweep.items() if k != "levels"})
 
 

@@ -141,6 +141,7 @@ def test_capacity_decides_by_servers_needed(
             continue
         assert vc.measured is not None, vr.name  # every launched one searched
         assert vc.search_start is not None
+        assert vc.before_warmup is not None  # predicted before its warm-up, and again after it (the search's start)
         assert vc.warmup_s is not None  # warmed up, untimed
         assert vc.warmup_s > 0
         rates = [level.rate for level in vc.levels]
@@ -207,6 +208,7 @@ def test_a_variant_whose_output_differs_does_not_win_on_capacity(
     _, results = _optimize(
         runner, table_server, tiny_models[0], workload, tmp_path,
         "--priority", "capacity", *SLO, "--load", "none", "--confirm", "1", "--budget-minutes", "0.01",
+        "--capacity-requests", "12",
     )  # fmt: skip
     summary = results.capacity
     assert summary is not None
@@ -257,8 +259,9 @@ def test_throughput_on_an_unsaturated_recorded_load_decides_by_capacity(
     path = tmp_path / "recorded.jsonl"
     path.write_text(_rows(arrivals=True, count=16))
     result, results = _optimize(
-        runner, table_server, tiny_models[0], path, tmp_path, "--load", "replay", "--confirm", "1"
-    )
+        runner, table_server, tiny_models[0], path, tmp_path, "--load", "replay", "--confirm", "1",
+        "--capacity-requests", "16",
+    )  # fmt: skip
     summary = results.capacity
     assert summary is not None
     assert summary.why.startswith("the recorded load does not saturate the server")
@@ -313,6 +316,20 @@ def test_rate_search_is_bounded_and_says_when_it_is_not_bracketed() -> None:
     assert rates[-1] == 6.0
     assert max(rates) == 6.0
     assert (estimate.status, estimate.value) == ("at_least", 6.0)
+
+
+@pytest.mark.parametrize(("asked", "planned", "sent"), [(None, 9, 48), (None, 60, 60), (14, 12, 14), (5, 12, 12)])
+def test_each_rate_sends_48_requests_unless_told(asked: int | None, planned: int, sent: int) -> None:
+    from types import SimpleNamespace
+
+    from runinfra_opt.optimize.capacity import level_requests
+    from runinfra_opt.workload.model import Request
+
+    requests = [Request(id=f"r{i}", line=i + 1, prompt="hi", max_tokens=4) for i in range(planned)]
+    state = SimpleNamespace(requests=requests, config=SimpleNamespace(capacity_requests=asked))
+    sent_requests = level_requests(state)  # type: ignore[arg-type]
+    assert len(sent_requests) == sent
+    assert [r.id for r in sent_requests[:planned]] == [r.id for r in requests[:sent]]  # the planned ones first
 
 
 def test_peak_rate_and_servers_needed() -> None:

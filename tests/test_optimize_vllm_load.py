@@ -63,8 +63,9 @@ def test_every_variant_is_measured_at_every_level_on_its_server(
 ) -> None:
     workload = _workload(tmp_path)
     result = _optimize(
-        runner, fake_vllm, tiny_models[0], workload, tmp_path, "--load", "replay+concurrency:1,2", "--time-scale", "0.1"
-    )
+        runner, fake_vllm, tiny_models[0], workload, tmp_path, "--load", "replay+concurrency:1,2",
+        "--time-scale", "0.1", "--capacity-requests", "6",
+    )  # fmt: skip
     assert result.exit_code == 0, result.output
     run_dir = tmp_path / "run"
     results = load_results(run_dir / "results.json")

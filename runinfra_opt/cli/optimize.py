@@ -187,7 +187,7 @@ def optimize(
     capacity_requests: int | None = typer.Option(
         None,
         "--capacity-requests",
-        help="Capacity: requests per offered rate, the sample cycled (default: the planned requests once).",
+        help="Capacity: requests per offered rate, the sample cycled (default: 48, or the planned requests if more).",
         rich_help_panel=LOAD,
     ),
     target_rate: float | None = typer.Option(

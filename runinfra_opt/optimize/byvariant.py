@@ -6,6 +6,7 @@ the baseline pairs requests timed in the same minutes (`_time_paired`)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, cast
 
 from runinfra_opt.errors import EngineError
@@ -22,12 +23,14 @@ def pairs_baseline(state: RunState) -> bool:
     return bool(state.config.pair_baseline and getattr(state.engine, "can_keep_baseline", False))
 
 
-def time_by_variant(state: RunState, variants: list[Variant]) -> None:
+def time_by_variant(
+    state: RunState, variants: list[Variant], repredict: Callable[[], None] | None = None
+) -> None:
     """Variant by variant (an engine with a server per variant: a launch per switch would dominate), baseline
     first (its pass is its first repeat: `_adopt_baseline_pass`); within a variant, every request and repeat,
     each candidate's beside the baseline's when `pairs_baseline` (`_time_paired`). A variant whose server or a
     request fails is marked failed with the reason and the run goes on with the others; the baseline failing ends
-    the run."""
+    the run. `repredict`: handed to each capacity search (`capacity.search`)."""
     assert state.engine is not None
     engine, results = state.engine, state.results
     repeats = state.plan.repeats
@@ -91,7 +94,7 @@ def time_by_variant(state: RunState, variants: list[Variant]) -> None:
                 state.save()
                 state.reporter.advance(f"{variant.name} {request.id}")
             underload.measure(state, variant)  # on the same server, while it is up
-            capacity.search(state, variant)
+            capacity.search(state, variant, repredict)
         except EngineError as exc:
             if not variant.is_speculative or exc is baseline_error:
                 raise

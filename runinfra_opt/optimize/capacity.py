@@ -10,12 +10,12 @@ server, since throughput there is only the offered load).
 - **Searched** (`search`, right after a launched variant's batch-1 timing and load levels, on its server): first
   a warm-up judged by nothing (`warm_up`: what a rate sends, at the highest measurable rate, so the first rate
   judged is not the server's first heavy load; its decoding steps price the predictions' steps by batch size),
-  then a `load.capacity.RateSearch` from the predicted rate,
-  one run per offered rate of the planned requests (cycled to `--capacity-requests`: `level_requests`), Poisson
-  arrivals (seeded), or the recorded pattern scaled when every request has an arrival time. A rate whose verdict
-  is unclear (`load.capacity.unclear`) is run once more (fresh cache salt), `REPEATS` at most per server, and
-  judged on both runs pooled. The plan (rates x window per server) is printed before the first search and cut
-  to `--budget-minutes`.
+  then every capacity predicted again with what the warm-up showed (the `repredict` hook), then a
+  `load.capacity.RateSearch` from the variant's prediction, one run per offered rate of the planned requests
+  (cycled to `requests_per_rate`: `level_requests`), Poisson arrivals (seeded), or the recorded pattern scaled
+  when every request has an arrival time. A rate whose verdict is unclear (`load.capacity.unclear`) is run once
+  more (fresh cache salt), `REPEATS` at most per server, and judged on both runs pooled. The plan (rates x
+  window per server) is printed before the first search and cut to `--budget-minutes`.
 
 The decision on what this measures is `optimize.capacity_decision`.
 """
@@ -82,15 +82,28 @@ def _recorded_rate(state: RunState) -> float | None:
     return (len(times) - 1) / span if span > 0 else None
 
 
+DEFAULT_REQUESTS = 48
+"""Requests an offered rate sends without `--capacity-requests` (the planned ones cycled to it, or all of them when
+more). A rate measures at most a third of its requests in flight (`load.capacity.MIN_SPAN_E2E`), so a few
+requests a rate cannot reach a knee; the figure is from the `--priority throughput` run in docs/measurements.md
+(section capacity_search.py)."""
+
+
+def requests_per_rate(state: RunState) -> int:
+    """`--capacity-requests`, else the planned requests or `DEFAULT_REQUESTS`, whichever is more."""
+    asked = state.config.capacity_requests
+    return asked if asked is not None else max(len(state.requests), DEFAULT_REQUESTS)
+
+
 def level_requests(state: RunState) -> list[Request]:
-    """What each offered rate sends: the planned requests, cycled to `--capacity-requests` (`load.cycle`)."""
-    return cycle(state.requests, state.config.capacity_requests)
+    """What each offered rate sends: the planned requests, cycled to `requests_per_rate` (`load.cycle`)."""
+    return cycle(state.requests, requests_per_rate(state))
 
 
 def _level_passes(state: RunState, items: list[RequestPasses]) -> list[RequestPasses]:
     """The predictor's requests for one offered rate, cycled as `level_requests` cycles the planned ones."""
     by_id = {item.request.id: item for item in items}
-    requests = cycle([item.request for item in items], state.config.capacity_requests)
+    requests = cycle([item.request for item in items], requests_per_rate(state))
     return [dataclasses.replace(by_id[original_id(r)], request=r) for r in requests]
 
 
@@ -412,8 +425,10 @@ def _verdict_text(runs: list[CapacityLevel], passed: bool, attainment: float) ->
     return f"{len(runs)} runs ({shares} within the SLOs), pooled: {'sustained' if passed else 'missed'}"
 
 
-def search(state: RunState, variant: Variant) -> None:
-    """The variant's capacity, searched on its server (see the module's docstring); resumable per level."""
+def search(state: RunState, variant: Variant, repredict: Callable[[], None] | None = None) -> None:
+    """The variant's capacity, searched on its server (see the module's docstring); resumable per level.
+    `repredict`: predicts every variant's capacity again (`optimize.serving.predict_capacity`), called once the
+    server has warmed up, so the search starts from a prediction that has seen this server's steps under load."""
     summary = _active(state, variant)
     if summary is None:
         return
@@ -424,12 +439,10 @@ def search(state: RunState, variant: Variant) -> None:
         vc.note = "not searched: its greedy output differs from the baseline's (it cannot win)"
         state.save()
         return
-    if vc.search_start is None:
-        vc.search_start = vc.predicted if vc.predicted else 1.0 / max(_baseline_e2e(state), 1e-3)
-    start = vc.search_start
-    window = _window_s(state, start)
-    warmup = _window_s(state, _ceiling(state)) if vc.warmup_records is None else 0.0
+    e2e = _baseline_e2e(state)
     share = max(state.budget_left(), 0.0) / _servers_left(state)
+    warmup = _window_s(state, _ceiling(state)) if vc.warmup_records is None else 0.0
+    window = _window_s(state, vc.search_start or vc.predicted or 1.0 / max(e2e, 1e-3))
     runs_allowed = int(max(share - warmup, 0.0) // window)
     said = any(text.startswith(f"{variant.name}: --budget-minutes left") for text in summary.budget_ran_out)
     if runs_allowed < 1 and not vc.levels and not said:
@@ -441,7 +454,6 @@ def search(state: RunState, variant: Variant) -> None:
         )
         summary.budget_ran_out.append(text)
         state.reporter.note(f"capacity search over the budget: {text}")
-    allowed = max(1, min(search_rules.MAX_LEVELS, runs_allowed))
     if not summary.plan:
         servers = _servers_left(state)
         most = search_rules.MAX_LEVELS + REPEATS
@@ -449,17 +461,29 @@ def search(state: RunState, variant: Variant) -> None:
             f"capacity search: a warm-up, then up to {search_rules.MAX_LEVELS} offered rates (and {REPEATS} runs "
             f"more of a rate whose verdict is unclear) x ~{window:.0f} s each ({summary.requests_per_level} "
             f"requests, {summary.arrivals} arrivals) per server, for {servers} server(s): about "
-            f"{most * window * servers / 60:.1f} min; --budget-minutes leaves room for {allowed} rate(s) per server"
+            f"{most * window * servers / 60:.1f} min; --budget-minutes leaves room for "
+            f"{max(1, min(search_rules.MAX_LEVELS, runs_allowed))} rate(s) per server"
         )
         summary.plan.append(text)
         state.reporter.note(text)
-    e2e = _baseline_e2e(state)
+    warmed = False
+    if vc.search_start is None:
+        vc.before_warmup = vc.predicted
+        vc.warmup_s = round((vc.warmup_s or 0.0) + warm_up(state, variant), 2)
+        warmed = True
+        if repredict is not None:
+            repredict()  # `predict` updates this variant's `predicted` in place
+        vc.search_start = vc.predicted if vc.predicted else 1.0 / max(e2e, 1e-3)
+        runs_allowed = int(max(share - vc.warmup_s, 0.0) // _window_s(state, vc.search_start))
+        state.save()
+    start = vc.search_start
+    allowed = max(1, min(search_rules.MAX_LEVELS, runs_allowed))
     rules = search_rules.RateSearch(
         start, max_levels=max(allowed, len(vc.levels)), ceiling=_ceiling(state), floor=search_rules.floor(e2e)
     )
     attainment = state.config.slo_attainment
     tried = search_rules.pooled(vc.levels, attainment)
-    if rules.next_rate(tried) is not None:
+    if not warmed and rules.next_rate(tried) is not None:  # a resumed search: its server is a fresh one
         vc.warmup_s = round((vc.warmup_s or 0.0) + warm_up(state, variant), 2)
     repeats = len(vc.levels) - len(tried)  # runs added to unclear rates so far (a resumed search keeps count)
     while (rate := rules.next_rate(tried)) is not None:

@@ -189,7 +189,7 @@ class OptimizeConfig:
     """`--server-cost-per-hour`: one server's price, for the cost per hour and per million output tokens."""
     capacity_requests: int | None = None
     """`--capacity-requests`: requests each offered rate of a capacity search sends, the planned ones cycled
-    (`load.cycle`; None: the planned requests once)."""
+    (`load.cycle`; None: `optimize.capacity.DEFAULT_REQUESTS`, or the planned requests once when more)."""
 
     def __post_init__(self) -> None:
         self._check_engine()

@@ -236,6 +236,39 @@ def _predicted_records(state: RunState, variant: Variant, run: LevelRun) -> list
     return rows
 
 
+def _inputs(
+    state: RunState,
+) -> tuple[StepCostTable, list[Variant], dict[str, DraftCost], dict[str, list[RequestPasses]]] | None:
+    """What both predictions start from: the step-cost table, the predictable variants, their draft models'
+    proposers and their simulated passes; None before the table is measured or without the baseline's passes."""
+    if STEP_COSTS_KEY not in state.results.cost_model:
+        return None
+    table = step_table(state)
+    ready = profiled(state)
+    variants = [v for v in state.space if predictable(v, ready)]
+    drafts = {v.name: draft for v in variants if (draft := draft_cost(state, v)) is not None}
+    passes = {v.name: _passes(state, v) for v in variants}
+    if not passes.get(BASELINE.name):
+        return None
+    return table, variants, drafts, passes
+
+
+def predict_capacity(state: RunState) -> None:
+    """Every predictable variant's capacity predicted again on what has been measured so far (`capacity.predict`,
+    with the terms `predict(after_confirm=True, interim=True)` fits), the batch-1 and load-level predictions left
+    as they are: a capacity search calls it once its server has warmed up (`capacity.search`'s `repredict`)."""
+    from runinfra_opt.optimize import capacity
+
+    inputs = _inputs(state)
+    if inputs is None:
+        return
+    table, variants, drafts, passes = inputs
+    calibration = _batch1_calibration(state, table, passes[BASELINE.name], after_confirm=True)
+    overheads = _spec_overheads(state, table, passes, calibration, variants, drafts, interim=True)
+    corrections = calibration.corrections if calibration is not None else None
+    capacity.predict(state, passes, table, corrections, overheads, drafts)
+
+
 def predict(state: RunState, *, after_confirm: bool = False, interim: bool = False) -> None:
     """Every predictable variant at batch 1 (`predicted_requests`, `predicted`) and at every load level
     (`load_predicted`); see the module's docstring. `interim`: between two candidates of a one-at-a-time
@@ -245,16 +278,11 @@ def predict(state: RunState, *, after_confirm: bool = False, interim: bool = Fal
     from runinfra_opt.predict.calibrate import predict_level
 
     results = state.results
-    if STEP_COSTS_KEY not in results.cost_model:
+    inputs = _inputs(state)
+    if inputs is None:
         return
-    table = step_table(state)
-    ready = profiled(state)
-    variants = [v for v in state.space if predictable(v, ready)]
-    drafts = {v.name: draft for v in variants if (draft := draft_cost(state, v)) is not None}
-    passes = {v.name: _passes(state, v) for v in variants}
-    base_passes = passes.get(BASELINE.name, [])
-    if not base_passes:
-        return
+    table, variants, drafts, passes = inputs
+    base_passes = passes[BASELINE.name]
     calibration = _batch1_calibration(state, table, base_passes, after_confirm)
     if calibration is not None:
         results.cost_model["batch1_corrections"] = {
@@ -308,7 +336,7 @@ def predict(state: RunState, *, after_confirm: bool = False, interim: bool = Fal
 
     corrections = calibration.corrections if calibration is not None else None
     capacity.predict(state, passes, table, corrections, overheads, drafts)
-    left = [v.name for v in state.space if not predictable(v, ready)]
+    left = [v.name for v in state.space if v not in variants]
     if left:
         results.add_note(
             f"the serving predictor cannot simulate {', '.join(left)} without a drafter profile and step costs "

@@ -37,8 +37,12 @@ class VariantCapacity(_Model):
 
     predicted: float | None = None
     """The serving predictor's highest sustained rate, with the latest calibration."""
+    before_warmup: float | None = None
+    """The prediction before this variant's server warmed up for its search (the last before any of its own steps
+    under load were seen)."""
     search_start: float | None = None
-    """The predicted rate the search started at (the prediction before this variant was measured)."""
+    """The predicted rate the search started at: predicted again once the server had warmed up, with the steps its
+    warm-up showed (no searched rate is seen by it)."""
     measured: Interval | None = None
     """The highest rate sustained (value and low) and the lowest missed above it (high)."""
     status: Literal["bracketed", "at_least", "below", "stopped"] | None = None

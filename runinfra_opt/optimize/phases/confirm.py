@@ -117,7 +117,7 @@ def _confirm_sequentially(state: RunState, variants: list[Variant]) -> list[Vari
     assert plan.confirm_slots is not None
     order = _ranked(state)  # before any re-fit: the first ranking
     while True:
-        time_by_variant(state, variants)
+        time_by_variant(state, variants, repredict=lambda: serving.predict_capacity(state))
         summarize_measured(state, variants)
         ready = serving.profiled(state)
         if sum(1 for v in variants if v.is_speculative and predictable(v, ready)) >= plan.confirm_slots:
@@ -251,7 +251,9 @@ def run(state: RunState) -> None:
     elif state.plan.confirm_slots is not None:
         variants = _confirm_sequentially(state, variants)
     elif not getattr(state.engine, "interleaves", True):
-        time_by_variant(state, variants)
+        from runinfra_opt.optimize import serving
+
+        time_by_variant(state, variants, repredict=lambda: serving.predict_capacity(state))
     else:
         _time_locally(state, variants)
     summarize_measured(state, variants)
