@@ -32,6 +32,7 @@ import json
 import shutil
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -82,7 +83,8 @@ def replay(run_dir: Path, work: Path, mode: str, confirm_count: int, vllm_python
     copy, config, hidden = _prepare(run_dir, work, mode, confirm_count, vllm_python)
     order: list[str] = []
 
-    def reveal(state: RunState, variants: list[Variant]) -> None:
+    def reveal(state: RunState, variants: list[Variant], repredict: Callable[[], None] | None = None) -> None:
+        # `repredict` re-predicts capacity after a search's warm-up; a replay searches nothing: the hook is unused
         for variant in variants:
             found = hidden.pop(variant.name, None)
             if found is None:
