@@ -148,11 +148,23 @@ def test_an_option_of_another_engine_exits_2(runner: CliRunner, tmp_path: Path) 
     result = runner.invoke(app, ["optimize", "--no-pair-baseline", "--runs-dir", str(tmp_path)])
     assert result.exit_code == 2, result.output
     assert "--pair-baseline needs --engine vllm" in result.output
+    result = runner.invoke(app, ["optimize", "--vllm-serve-args=--enforce-eager", "--runs-dir", str(tmp_path)])
+    assert result.exit_code == 2, result.output
+    assert "--vllm-serve-args needs --engine vllm" in result.output
 
 
 def test_the_vllm_engine_validates_its_options() -> None:
     with pytest.raises(UserInputError, match="--tie-tolerance -1: must be >= 0"):
         VllmOptions(tie_tolerance=-1)
+    with pytest.raises(UserInputError, match="--vllm-serve-args: --port is set by runinfra-opt"):
+        VllmOptions(serve_args="--enforce-eager --port=9000")
+    with pytest.raises(UserInputError, match="--vllm-serve-args: --speculative-config is set by runinfra-opt"):
+        VllmOptions(serve_args="--speculative-config {}")
+    with pytest.raises(UserInputError, match="--vllm-serve-args '--x \"y': No closing quotation"):
+        VllmOptions(serve_args='--x "y')
+    assert VllmOptions(serve_args="--enforce-eager --max-num-seqs 8").opener_kwargs() == {
+        "serve_args": ("--enforce-eager", "--max-num-seqs", "8")
+    }
     with pytest.raises(UserInputError, match="--executor ray runs the transformers engine only"):
         OptimizeConfig(engine="vllm", executor="ray")
     with pytest.raises(UserInputError, match="load levels need a serving engine \\(--engine vllm\\)"):
@@ -167,7 +179,12 @@ def test_the_config_carries_the_engine_and_its_typed_options() -> None:
     assert setup == EngineSetup(engine="vllm", options=VllmOptions(python="/v/python", tie_tolerance=0.1))
     assert setup.options.opener_kwargs() == {"vllm_python": "/v/python"}
     data = config.to_dict()
-    assert data["engine_options"] == {"python": "/v/python", "pair_baseline": True, "tie_tolerance": 0.1}
+    assert data["engine_options"] == {
+        "python": "/v/python",
+        "serve_args": None,
+        "pair_baseline": True,
+        "tie_tolerance": 0.1,
+    }
     assert OptimizeConfig.from_dict(data) == config
     # An engine without options of its own, and a config naming vllm with no options: its defaults.
     assert OptimizeConfig().engine_options == EngineOptions()

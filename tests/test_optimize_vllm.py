@@ -65,10 +65,14 @@ def _no_server_left(marker: str) -> bool:
 def test_optimize_times_each_variant_on_its_own_server(
     runner: CliRunner, fake_vllm: str, tiny_models: tuple[Path, Path], workload: Path, tmp_path: Path
 ) -> None:
-    result, run_dir = _optimize(runner, fake_vllm, tiny_models[0], workload, tmp_path)
+    serve_args = "--max-num-seqs 8 --served-model-name 'a b'"  # every server gets them, as the user quoted them
+    result, run_dir = _optimize(
+        runner, fake_vllm, tiny_models[0], workload, tmp_path, f"--vllm-serve-args={serve_args}"
+    )
     assert result.exit_code == 0, result.output
     results = load_results(run_dir / "results.json")
     assert results.status == "complete"
+    assert results.config["engine_options"]["serve_args"] == serve_args
     assert {"cost", "profile", "predict"} <= set(results.phases_skipped)
     names = [v.name for v in results.variants]
     assert names == ["baseline", "vllm_ngram-m1-n3-k2", "vllm_ngram-m1-n3-k4"]
@@ -82,6 +86,7 @@ def test_optimize_times_each_variant_on_its_own_server(
         assert log.is_file()
         assert log.parent == run_dir / "servers"
         assert "VLLM_API_KEY=<redacted>" in log.read_text()
+        assert _launched_args(log)[-4:] == ["--max-num-seqs", "8", "--served-model-name", "a b"]
     every = {(f"r{i}", repeat) for i in range(len(PROMPTS)) for repeat in range(2)}
     for vr in results.variants:
         assert vr.confirmed

@@ -396,10 +396,14 @@ def test_a_draft_variant_is_predicted_launched_and_faster_than_the_baseline(
     args += ["--draft", str(draft), "--methods", "draft", "--lookahead", f"2,{DRAFT_LOOKAHEAD}", "--dtype", DTYPE]
     args += ["--workload", str(workload), "--max-tokens", "24", "--load", "none", "--repeats", "1"]
     args += ["--confirm", "1", "--run-dir", str(run_dir), "--out", str(tmp_path / "m.yaml")]
+    # eager: vLLM's compilation warm-up of the lab target (a dummy batch of 2,048 tokens through 90 layers) took
+    # 1.5-3 minutes a launch on 2 cores, more than the timing itself
+    args += ["--vllm-serve-args=--enforce-eager"]
     result = CliRunner().invoke(app, args, catch_exceptions=False)
     assert result.exit_code == 0, result.output
     results = load_results(run_dir / "results.json")
     assert results.status == "complete"
+    assert all("enforce_eager=True" in Path(launch["log"]).read_text() for launch in results.launches)
     # predicted: both lookaheads, from the profile (agreement flags for every request) and the draft's own table
     role = f"draft:{draft}"
     assert set(results.profile["agreement"][role]) == {"r0", "r1", "r2"}

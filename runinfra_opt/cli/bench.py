@@ -20,6 +20,7 @@ from runinfra_opt.cli.options import (
     Threads,
     TieTolerance,
     VllmPython,
+    VllmServeArgs,
 )
 from runinfra_opt.engine.registry import DEFAULT_ENGINE
 
@@ -44,6 +45,7 @@ def bench(
     ),
     engine: EngineName = DEFAULT_ENGINE,
     vllm_python: VllmPython = None,
+    vllm_serve_args: VllmServeArgs = None,
     tie_tolerance: TieTolerance = None,
     draft: str | None = typer.Option(
         None,
@@ -95,7 +97,9 @@ def bench(
         workload=workload,
         target=target,
         engine=engine,
-        engine_options=engine_options(engine, {"vllm_python": vllm_python, "tie_tolerance": tie_tolerance}),
+        engine_options=engine_options(
+            engine, {"vllm_python": vllm_python, "vllm_serve_args": vllm_serve_args, "tie_tolerance": tie_tolerance}
+        ),
         draft=draft,
         requests=requests,
         repeat=repeat,

@@ -31,6 +31,7 @@ from runinfra_opt.cli.options import (
     Threads,
     TieTolerance,
     VllmPython,
+    VllmServeArgs,
 )
 from runinfra_opt.cli.settings import effective_settings, settings_yaml
 from runinfra_opt.drafts import DEFAULT_DRAFTS_DIR
@@ -149,6 +150,7 @@ def optimize(
     dtype: Dtype = "auto",
     threads: Threads = None,
     vllm_python: VllmPython = None,
+    vllm_serve_args: VllmServeArgs = None,
     pair_baseline: bool = typer.Option(
         True,
         "--pair-baseline/--no-pair-baseline",

@@ -31,6 +31,14 @@ VllmPython = Annotated[
         rich_help_panel=ENGINE,
     ),
 ]
+VllmServeArgs = Annotated[
+    str | None,
+    typer.Option(
+        "--vllm-serve-args",
+        help='vllm: further `vllm serve` arguments for every server, quoted as one string (e.g. "--enforce-eager").',
+        rich_help_panel=ENGINE,
+    ),
+]
 TieTolerance = Annotated[
     float | None,
     typer.Option(

@@ -485,6 +485,7 @@ def open_engine(
     log_dir: Path | None = None,
     vllm_python: str | None = None,
     seed: int = 0,
+    serve_args: Sequence[str] = (),
 ) -> VllmEngine:
     """Resolve the vLLM environment and the models (nothing starts until the first request)."""
     if threads is not None:
@@ -525,6 +526,7 @@ def open_engine(
         max_model_len=DEFAULT_MAX_MODEL_LEN,
         log_dir=log_dir or Path(".runinfra") / "servers",
         seed=seed,
+        extra_args=serve_args,
     )
 
 
