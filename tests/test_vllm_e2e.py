@@ -228,6 +228,8 @@ def test_optimize_on_vllm_measures_each_variant_on_its_own_server(
     # One load level: a second one costs a measurement per server, and two levels whose leaders differ by noise
     # add a k schedule and a third launch (optimize.md, "k schedule"; tests/test_optimize_vllm_load.py has both).
     args += ["--load", "concurrency:2"]
+    # eager: a launch without vLLM's compilation warm-up (the default path's launch: the `baseline` fixture's)
+    args += ["--vllm-serve-args=--enforce-eager"]
     result = CliRunner().invoke(app, args, catch_exceptions=False)
     assert result.exit_code in (0, 4), result.output
     results = load_results(run_dir / "results.json")
@@ -282,10 +284,14 @@ def test_optimize_on_vllm_measures_each_variant_on_its_own_server(
     config = ServerConfig(model, dtype=DTYPE, max_model_len=2048, speculative_config=vllm["speculativeConfig"])
     parsed = check_serve_args(vllm_python, config.serve_args())
     assert parsed["speculative_config"] == vllm["speculativeConfig"]
+    assert vllm["args"][-1] == "--enforce-eager"
+    assert check_serve_args(vllm_python, vllm["args"])["speculative_config"] == vllm["speculativeConfig"]
     for launch in results.launches:
-        first = Path(launch["log"]).read_text().splitlines()[0]
+        log = Path(launch["log"]).read_text()
+        first = log.splitlines()[0]
         assert f"--dtype {DTYPE} --max-model-len 2048" in first
         assert "VLLM_API_KEY=<redacted>" in first
+        assert "enforce_eager=True" in log  # the user's serving argument reached the server
     ps = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True, check=True).stdout
     assert not [line for line in ps.splitlines() if "api_server" in line and model in line]
 
