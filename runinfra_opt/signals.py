@@ -17,9 +17,11 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from types import FrameType
 
-CANCEL_GRACE_S = 2.0
+CANCEL_GRACE_S = 1.0
 """Seconds a child (a vLLM server) gets to stop on SIGTERM once this process is being cancelled, before SIGKILL:
-the whole exit must fit a CI grace period (5 s is this tool's promise; docs/optimize.md, Faults)."""
+the whole exit must fit a CI grace period (5 s is this tool's promise; docs/optimize.md, Faults). A ready server
+stops within it; one still starting up acts on SIGTERM only after its start-up and is killed whatever the grace
+(docs/engines.md, "Never a server left behind")."""
 
 _cancelled: list[str] = []
 
