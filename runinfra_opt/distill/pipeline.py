@@ -100,11 +100,12 @@ def distill(config: DistillConfig, progress: DistillProgress | None = None, *, f
     from runinfra_opt.distill.data import build_teacher_data
     from runinfra_opt.distill.evaluate import cost_ratio, heldout_acceptance
     from runinfra_opt.distill.split import holdout_split
-    from runinfra_opt.distill.train import make_draft, make_examples, save_draft, train, use_autocast
+    from runinfra_opt.distill.train import check_width, make_draft, make_examples, save_draft, train, use_autocast
     from runinfra_opt.engine.prompts import PromptTokenizer
 
     started = time.perf_counter()
     target = load_model(config.target, device=config.device, dtype=config.dtype)
+    check_width(target.model.config, config)  # before the teacher data: a bad --hidden fails in seconds
     if config.threads is not None:
         torch.set_num_threads(config.threads)
     prompts = PromptTokenizer.for_model(target.model, target.tokenizer, label=target.name)  # as the engines do

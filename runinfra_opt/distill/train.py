@@ -184,14 +184,13 @@ def _copy_generation_ids(draft: Any, target: Any) -> None:
 BASIS_SAMPLE_TOKENS = 4096
 
 
-def make_draft(target: Any, data: TeacherData, train_indices: list[int], config: DistillConfig) -> LlamaForCausalLM:
-    """The initial draft for `config.init` (see `init_draft_from_layers`, `init_draft` and `load_initial_draft`)."""
-    if config.init_from_model:
-        return load_initial_draft(target, Path(config.init))
-    if config.init == "embedding":
-        return init_draft(target, config.layers, config.hidden, config.seed)
-    width = int(target.config.hidden_size)
-    heads = int(target.config.num_attention_heads)
+def check_width(target_config: Any, config: DistillConfig) -> None:
+    """UserInputError when `--hidden` cannot be made from the target's layers (`--init layers`): wider than the
+    target, or not a multiple of its attention heads. Checked before the teacher data is generated."""
+    if config.init_from_model or config.init == "embedding":
+        return
+    width = int(target_config.hidden_size)
+    heads = int(target_config.num_attention_heads)
     if config.hidden > width:
         raise UserInputError(f"--hidden {config.hidden}: wider than the target ({width}); use --init embedding")
     if config.hidden % heads:
@@ -199,6 +198,15 @@ def make_draft(target: Any, data: TeacherData, train_indices: list[int], config:
             f"--hidden {config.hidden}: with --init layers it must be a multiple of the target's {heads} attention "
             f"heads (e.g. {width // 4 // heads * heads or heads}, {width // 2 // heads * heads})"
         )
+
+
+def make_draft(target: Any, data: TeacherData, train_indices: list[int], config: DistillConfig) -> LlamaForCausalLM:
+    """The initial draft for `config.init` (see `init_draft_from_layers`, `init_draft` and `load_initial_draft`)."""
+    if config.init_from_model:
+        return load_initial_draft(target, Path(config.init))
+    if config.init == "embedding":
+        return init_draft(target, config.layers, config.hidden, config.seed)
+    check_width(target.config, config)
     samples, total = [], 0
     for i in train_indices:
         ids = data.sequences[i].ids[-512:]
