@@ -162,6 +162,10 @@ def test_the_vllm_engine_validates_its_options() -> None:
         VllmOptions(serve_args="--speculative-config {}")
     with pytest.raises(UserInputError, match="--vllm-serve-args '--x \"y': No closing quotation"):
         VllmOptions(serve_args='--x "y')
+    with pytest.raises(UserInputError, match="--vllm-serve-args: --max-num-seqs is given twice"):
+        VllmOptions(serve_args="--max-num-seqs 8 --max-num-seqs=16")
+    with pytest.raises(UserInputError, match="--vllm-serve-args: 'eager' is not an option"):
+        VllmOptions(serve_args="eager")
     assert VllmOptions(serve_args="--enforce-eager --max-num-seqs 8").opener_kwargs() == {
         "serve_args": ("--enforce-eager", "--max-num-seqs", "8")
     }

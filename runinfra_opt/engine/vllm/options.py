@@ -69,6 +69,12 @@ class VllmOptions(EngineOptions):
                 raise UserInputError(
                     f"--vllm-serve-args: {flag} is set by runinfra-opt for every server ({OWNED_SERVE_ARGS[flag]})"
                 )
+        from runinfra_opt.engine.vllm.args import config_file_mapping
+
+        try:  # what the manifest's `vllm serve --config` file must be able to carry
+            config_file_mapping(list(args))
+        except ValueError as exc:
+            raise UserInputError(f"--vllm-serve-args: {exc}") from None
         return args
 
     def opener_kwargs(self) -> dict[str, Any]:
