@@ -20,8 +20,10 @@ from runinfra_opt.load.capacity import (
     TOLERANCE,
     RateSearch,
     attainment_interval,
+    ceiling,
     peak_rate,
     pooled,
+    ramp,
     servers_needed,
     share_text,
     unclear,
@@ -167,7 +169,11 @@ def test_capacity_decides_by_servers_needed(
     # the predictions price their steps by batch size as the baseline's warm-up showed them
     warmup = results.variant("baseline").capacity.warmup_records  # type: ignore[union-attr]
     assert warmup is not None
-    assert read_run(tmp_path / "run" / warmup).records  # kept, judged by nothing
+    warm = read_run(tmp_path / "run" / warmup).records  # kept, judged by nothing
+    assert sorted(r.request_id for r in warm) == sorted([f"r{i}" for i in range(12)] + ["r0+1", "r1+1"])
+    sent = sorted(r.sent_s for r in warm)
+    gaps = [b - a for a, b in zip(sent, sent[1:], strict=False)]
+    assert gaps[0] > 3 * gaps[-1]  # its rate rose through the run (the planned sends: the ramp's)
     fitted = results.cost_model["capacity_corrections"]
     assert fitted["fitted_to"].startswith(f"the baseline's warm-up for its capacity search ({warmup})")
     batches = [b for b, _ in fitted["by_batch"]]
@@ -330,6 +336,24 @@ def test_each_rate_sends_48_requests_unless_told(asked: int | None, planned: int
     sent_requests = level_requests(state)  # type: ignore[arg-type]
     assert len(sent_requests) == sent
     assert [r.id for r in sent_requests[:planned]] == [r.id for r in requests[:sent]]  # the planned ones first
+
+
+@pytest.mark.parametrize("requests", [48, 14, 200])
+def test_a_warm_up_ramps_its_rate_from_one_request_in_flight_to_the_ceiling(requests: int) -> None:
+    e2e = 1.3
+    times = ramp(requests, e2e)
+    assert len(times) == requests
+    assert times[0] == 0.0
+    gaps = [b - a for a, b in zip(times, times[1:], strict=False)]
+    assert all(later < earlier for earlier, later in zip(gaps, gaps[1:], strict=False))  # the rate only rises
+    assert 1 / gaps[0] == pytest.approx((1 / e2e) * (ceiling(requests, e2e) * e2e) ** (1 / (requests - 1)))
+    assert 1 / gaps[-1] == pytest.approx(ceiling(requests, e2e))  # up to the highest measurable rate
+    # as many requests arrive per doubling of the rate below the ceiling: the first and second halves of the
+    # requests span the same factor of rate
+    rates = [1 / g for g in gaps]
+    middle = len(rates) // 2
+    assert rates[middle] / rates[0] == pytest.approx(rates[-1] / rates[middle], rel=0.1)
+    assert ramp(3, e2e) == pytest.approx([0.0, 1 / ceiling(3, e2e), 2 / ceiling(3, e2e)])  # ceiling below the start
 
 
 def test_peak_rate_and_servers_needed() -> None:

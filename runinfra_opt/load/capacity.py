@@ -12,6 +12,8 @@
   share (33 of 36 requests against 90%: [78%, 97%]; all of them within the SLOs is as clear as 36 requests can
   show) is one run's chance as much as the server's; the search runs it again (`optimize.capacity`) and judges
   the rate on every run of it pooled (`pooled`): sustained when every run kept up and the pooled share attains.
+- **A warm-up** (`ramp`): a server's first heavy load, judged by nothing, offered at a rate rising from one
+  request in flight to the ceiling, so that its decoding steps show every batch size the searched rates reach.
 - **The target** (`peak_rate`): the recorded traffic's peak over `PEAK_WINDOW_S`.
 
 Pure functions of the records (measured or predicted: the serving predictor writes the same records), so the
@@ -45,6 +47,9 @@ all arrive before the first completes, and the run measures a burst of N, not a 
 FLOOR_IN_FLIGHT = 0.25
 """The lowest rate worth offering keeps a quarter of a request in flight on average (rate x batch-1 length):
 slower, requests rarely overlap, so a server that misses the SLOs there misses them alone (`floor`)."""
+RAMP_FROM_IN_FLIGHT = 1.0
+"""A warm-up's arrivals start at one request in flight on average (rate x batch-1 length) and rise to the ceiling
+(`ramp`)."""
 PEAK_WINDOW_S = 60.0
 """The recorded traffic's peak rate is the most arrivals within any window this long, per second (the mean rate
 over the whole recording when it is shorter)."""
@@ -268,6 +273,21 @@ def ceiling(requests: int, e2e_s: float) -> float:
 def floor(e2e_s: float) -> float:
     """The lowest rate worth offering for requests whose batch-1 length is `e2e_s` (`FLOOR_IN_FLIGHT`)."""
     return FLOOR_IN_FLIGHT / max(e2e_s, 1e-6)
+
+
+def ramp(requests: int, e2e_s: float) -> list[float]:
+    """Send times (seconds from the first) of a warm-up of `requests` whose batch-1 length is `e2e_s`: the rate
+    rises geometrically, request by request, from `RAMP_FROM_IN_FLIGHT` requests in flight to the `ceiling`, so the
+    batch climbs through every size up to the largest one the searched rates reach, each rate's share of requests
+    the same. Offered at one rate (the ceiling), all requests arrive within a few steps of one another, run as one
+    batch and finish together, and the steps show one batch size. Evenly at the ceiling when it is no higher."""
+    low, high = RAMP_FROM_IN_FLIGHT / max(e2e_s, 1e-6), ceiling(requests, e2e_s)
+    if requests < 2 or high <= low:
+        return [i / high for i in range(max(requests, 0))]
+    times = [0.0]
+    for i in range(1, requests):
+        times.append(times[-1] + 1.0 / (low * (high / low) ** (i / (requests - 1))))
+    return times
 
 
 def peak_rate(arrivals: Sequence[float], window_s: float = PEAK_WINDOW_S) -> float | None:

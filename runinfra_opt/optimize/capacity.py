@@ -8,8 +8,9 @@ server, since throughput there is only the offered load).
   priced by batch size from the baseline's warm-up (`_warmup_corrections`) and the speculative terms from the
   launched variants' (`_warmup_overheads`).
 - **Searched** (`search`, right after a launched variant's batch-1 timing and load levels, on its server): first
-  a warm-up judged by nothing (`warm_up`: what a rate sends, at the highest measurable rate, so the first rate
-  judged is not the server's first heavy load; its decoding steps price the predictions' steps by batch size),
+  a warm-up judged by nothing (`warm_up`: what a rate sends, at a rate rising to the highest measurable one, so the
+  first rate judged is not the server's first heavy load; its decoding steps price the predictions' steps by
+  batch size),
   then every capacity predicted again with what the warm-up showed (the `repredict` hook), then a
   `load.capacity.RateSearch` from the variant's prediction, one run per offered rate of the planned requests
   (cycled to `requests_per_rate`: `level_requests`), Poisson arrivals (seeded), or the recorded pattern scaled
@@ -210,8 +211,9 @@ def _warmup_corrections(state: RunState, table: StepCostTable, batch1: Correctio
     """The batch-1 `corrections` with the step's by batch size (`predict.figures.batch_residuals`) read off the
     baseline's warm-up, from the batch-1 step correction at one sequence: the table is measured up to a few
     sequences at one context length, the searched rates step many more at the requests' own. None before the
-    warm-up or when it shows too few decoding steps. The warm-up offers the highest rate the search may, and
-    nothing judges it, so the baseline's prediction is not fitted on a rate it is checked at. Recorded in
+    warm-up or when it shows too few decoding steps. Nothing judges the warm-up, and its rate rises through the
+    searched ones without holding any, so the baseline's prediction is not fitted on a run it is checked by. The
+    warm-up's requests are the rates' (copies included), so its steps are the searched steps' kind. Recorded in
     `results.cost_model[WARMUP_CORRECTIONS_KEY]`."""
     from runinfra_opt.load.store import read_run
     from runinfra_opt.predict.figures import batch_residuals
@@ -250,7 +252,8 @@ def _warmup_overheads(
     """The speculative step terms under load for each variant of a method whose launched variants have warmed up
     for their searches: both terms fitted (`predict.overhead.fit`) on those warm-ups' steps by batch size
     (`predict.overhead.warmup_samples`, beyond the table and the baseline's warm-up `corrections`). A variant's
-    own warm-up counts toward its terms: it offers the highest rate the search may, which nothing judges. Variants
+    own warm-up counts toward its terms: nothing judges it, and it holds none of the searched rates. A copy of a
+    planned request (`load.cycle`) carries its original's simulated passes (greedy: the same output). Variants
     of a method none of whose variants warmed up keep the batch-1 terms. Recorded in
     `results.cost_model[WARMUP_OVERHEADS_KEY]`."""
     from runinfra_opt.load.store import read_run
@@ -262,7 +265,8 @@ def _warmup_overheads(
         records = vr.capacity.warmup_records if vr.capacity else None
         if vr.name not in method or vr.name not in passes or not records or not (state.run_dir / records).exists():
             continue
-        by_id = {item.request.id: item.passes for item in passes[vr.name]}
+        planned = {item.request.id: item.passes for item in passes[vr.name]}
+        by_id = {r.id: planned[original_id(r)] for r in level_requests(state) if original_id(r) in planned}
         run = read_run(state.run_dir / records)
         found = warmup_samples(vr.name, run, by_id, table, corrections.step_at, drafts.get(vr.name))
         samples.setdefault(method[vr.name], []).extend(found)
@@ -399,10 +403,23 @@ def run_level(state: RunState, variant: Variant, rate: float, path: Path) -> Cap
     return level
 
 
+def _warmup_requests(state: RunState) -> list[Request]:
+    """What one offered rate sends (`level_requests`), sent at a rate rising from one request in flight to the
+    highest measurable rate (`load.capacity.ramp`), as arrival times the recorded arrivals' replay follows."""
+    requests = level_requests(state)
+    times = search_rules.ramp(len(requests), _baseline_e2e(state))
+    return [dataclasses.replace(r, arrival_s=at) for r, at in zip(requests, times, strict=True)]
+
+
+def _warmup_window_s(state: RunState) -> float:
+    times = search_rules.ramp(len(level_requests(state)), _baseline_e2e(state))
+    return (times[-1] if times else 0.0) + SETTLE_E2E * _baseline_e2e(state)
+
+
 def warm_up(state: RunState, variant: Variant) -> float:
-    """What one offered rate sends (`level_requests`), offered once at the highest measurable rate and judged by
-    nothing, so that the first rate judged is not the server's first heavy load; its records go to
-    `capacity.warmup_records`, where the capacity predictions read the steps' cost at the batch sizes the searched
+    """What one offered rate sends, once, at a rate rising to the highest measurable one (`_warmup_requests`) and
+    judged by nothing, so that the first rate judged is not the server's first heavy load; its records go to
+    `capacity.warmup_records`, where the capacity predictions read the steps' cost at every batch size the searched
     rates reach (`_warmup_corrections`, `_warmup_overheads`). Returns its seconds."""
     from runinfra_opt.load.store import RecordWriter
 
@@ -411,9 +428,8 @@ def warm_up(state: RunState, variant: Variant) -> float:
     assert vc is not None
     path = Path("load") / safe_name(variant.name) / "capacity-warmup.jsonl"
     started = time.perf_counter()
-    level = offered(state, _ceiling(state))
     with RecordWriter(state.run_dir / path) as writer:
-        engine.run_load(variant, level, level_requests(state), max_tokens=state.max_tokens, sink=writer)
+        engine.run_load(variant, Replay(), _warmup_requests(state), max_tokens=state.max_tokens, sink=writer)
     vc.warmup_records = path.as_posix()
     return round(time.perf_counter() - started, 2)
 
@@ -441,7 +457,7 @@ def search(state: RunState, variant: Variant, repredict: Callable[[], None] | No
         return
     e2e = _baseline_e2e(state)
     share = max(state.budget_left(), 0.0) / _servers_left(state)
-    warmup = _window_s(state, _ceiling(state)) if vc.warmup_records is None else 0.0
+    warmup = _warmup_window_s(state) if vc.warmup_records is None else 0.0
     window = _window_s(state, vc.search_start or vc.predicted or 1.0 / max(e2e, 1e-3))
     runs_allowed = int(max(share - warmup, 0.0) // window)
     said = any(text.startswith(f"{variant.name}: --budget-minutes left") for text in summary.budget_ran_out)
