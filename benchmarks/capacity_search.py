@@ -5,11 +5,12 @@ default): every variant's capacity is predicted, each launched variant's is sear
 the search on the baseline's server (the same launch), a dense sweep offers every `--step` of the searched knee
 from `--from` to `--to` (one run per rate of the requests the search sends, `--capacity-requests` of them,
 arrivals as the search offers them, the same judge; a rate whose verdict is unclear runs again and is judged on
-both runs pooled, as in the search) up to its first missed rate: its knee is the rate below, the
-rates above cannot move it, so its wall time is the least a dense sweep needs. Reported: each launched variant's
-measured capacity against its prediction (the one before its server warmed up, the one the search started from
-after the warm-up, and the re-fitted one at the end), the
-sweep's knee against the search's, and the two wall times (the search's with its warm-up).
+both runs pooled, as in the search) up to its first missed rate: its knee is the rate below, the rates above
+cannot move it, so its wall time is the least a dense sweep needs. As in the search, the knee found is run once
+more when it rests on one run, and the rate below takes its place when both runs pooled miss. Reported: each
+launched variant's measured capacity against its prediction (the one before its server warmed up, the one the
+search started from after the warm-up, and the re-fitted one at the end), the sweep's knee against the search's,
+and the two wall times (the search's with its warm-up).
 
     .venv/bin/python benchmarks/capacity_search.py [--workload summarize] [--requests 12] [--capacity-requests N]
         [--max-tokens 32] [--slo-ttft-ms 1500] [--slo-tpot-ms 150] [--attainment 0.9] [--lookahead 2]
@@ -92,25 +93,43 @@ def main() -> None:
         search_s = sum(level.wall_s or 0.0 for level in vc.levels) + (vc.warmup_s or 0.0)  # its warm-up included
         knee = vc.measured.value
         steps = round((args.stop - args.start) / args.step) + 1
-        levels = []
+        levels: list[dict[str, Any]] = []
         attainment = state.config.slo_attainment
         began = time.perf_counter()
+        runs: dict[float, list[Any]] = {}
+
+        def offer(rate: float) -> None:
+            """One more run of `rate`, and its level's verdict on all its runs pooled."""
+            n = len(runs.setdefault(rate, []))
+            name = f"rate-{rate:g}.jsonl" if not n else f"rate-{rate:g}-{n + 1}.jsonl"
+            runs[rate].append(capacity.run_level(state, variant, rate, out / "sweep" / name))
+            passed = pooled(runs[rate], attainment)[0][1]
+            level = {"rate": rate, "passed": passed, "reason": "; ".join(r.reason for r in runs[rate] if r.reason),
+                     "attained": [r.attained for r in runs[rate]],
+                     "wall_s": round(sum(r.wall_s or 0.0 for r in runs[rate]), 2)}  # fmt: skip
+            levels[:] = [lv for lv in levels if lv["rate"] != rate] + [level]
+            levels.sort(key=lambda lv: lv["rate"])
+            print(f"sweep {rate:g}/s: {'sustained' if passed else level['reason']} ({n + 1} run(s))", flush=True)
+
+        def bracket() -> tuple[float | None, float | None]:
+            missed = [lv["rate"] for lv in levels if not lv["passed"]]
+            high = min(missed) if missed else None
+            sustained = [lv["rate"] for lv in levels if lv["passed"] and (high is None or lv["rate"] < high)]
+            return (max(sustained) if sustained else None), high
+
         for i in range(steps):
             rate = float(f"{knee * (args.start + i * args.step):.3g}")
-            runs = [capacity.run_level(state, variant, rate, out / "sweep" / f"rate-{rate:g}.jsonl")]
-            if unclear(runs, attainment):  # run again and pooled, as the search does
-                runs.append(capacity.run_level(state, variant, rate, out / "sweep" / f"rate-{rate:g}-2.jsonl"))
-            passed = pooled(runs, attainment)[0][1]
-            reason = "; ".join(r.reason for r in runs if r.reason)
-            levels.append({"rate": rate, "passed": passed, "reason": reason, "attained": [r.attained for r in runs],
-                           "wall_s": round(sum(r.wall_s or 0.0 for r in runs), 2)})  # fmt: skip
-            print(f"sweep {rate:g}/s: {'sustained' if passed else reason} ({len(runs)} run(s))", flush=True)
-            if not passed:
+            offer(rate)
+            if unclear(runs[rate], attainment):  # run again and pooled, as the search does
+                offer(rate)
+            if not pooled(runs[rate], attainment)[0][1]:
                 break  # the dense sweep's knee is the rate below its first miss: the rates above it cannot move it
-        missed = [lv["rate"] for lv in levels if not lv["passed"]]
-        high = min(missed) if missed else None
-        sustained = [lv["rate"] for lv in levels if lv["passed"] and (high is None or lv["rate"] < high)]
-        dense_knee = max(sustained) if sustained else 0.0
+        # its knee rests on two runs at least, as the search's does (`capacity._unconfirmed`): missed on both pooled,
+        # the rate below is the knee, run again in turn
+        while (low := bracket()[0]) is not None and len(runs[low]) < 2:
+            offer(low)
+        low, high = bracket()
+        dense_knee = low or 0.0
         sweep.update(
             variant=variant.name,
             levels=levels,

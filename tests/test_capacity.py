@@ -148,10 +148,16 @@ def test_capacity_decides_by_servers_needed(
         assert vc.warmup_s > 0
         rates = [level.rate for level in vc.levels]
         assert 1 <= len(set(rates)) <= 6
-        assert len(rates) - len(set(rates)) <= 2  # runs added to unclear rates, two a server at most
-        for i, rate in enumerate(rates):  # a rate runs again right after a first run whose verdict was unclear
-            if i and rates[i - 1] == rate:
+        purposes = [level.purpose for level in vc.levels]
+        assert purposes.count("unclear") <= 2  # runs added to unclear rates, two a server at most
+        for i, level in enumerate(vc.levels):
+            if level.purpose == "unclear":  # right after a first run whose verdict was unclear
+                assert vc.levels[i - 1].rate == level.rate
                 assert unclear([vc.levels[i - 1]], 0.9), vc.levels[i - 1]
+            if level.purpose == "confirm":  # a rate the search found sustained, run again
+                assert [run.purpose for run in vc.levels[:i] if run.rate == level.rate] == ["search"]
+        if vc.measured.value > 0:  # the capacity reported was sustained on two runs at least
+            assert rates.count(vc.measured.value) >= 2, vc.levels
         assert vc.levels[0].rate == pytest.approx(vc.search_start, rel=0.01)  # it starts at the prediction
         for level in vc.levels:
             assert level.passed == (not level.reason)
@@ -312,6 +318,15 @@ def test_rate_search_brackets_the_knee_within_the_tolerance(start: float, knee: 
     assert estimate.status == "bracketed"
     assert estimate.low <= knee < estimate.high
     assert estimate.high / estimate.low - 1 <= TOLERANCE
+
+
+def test_a_capacity_missed_when_run_again_reopens_the_search_below_it() -> None:
+    search = RateSearch(1.82, floor=0.1, ceiling=12.0)
+    # the start sustained, the rates above it missed; then the start, run again, missed on both runs pooled
+    tried = [(1.82, False), (2.27, False), (2.03, False), (1.92, False)]
+    assert search.next_rate(tried) == pytest.approx(1.82 / 1.25)  # one step below it, not four
+    assert search.next_rate([*tried, (1.456, False)]) == pytest.approx(1.456 / 1.25**2)
+    assert search.next_rate([*tried, (1.456, True)]) == pytest.approx(math.sqrt(1.456 * 1.82))
 
 
 def test_rate_search_is_bounded_and_says_when_it_is_not_bracketed() -> None:

@@ -238,12 +238,14 @@ class RateSearch:
         low, high = self.bracket(tried)
         if low is not None and high is not None:
             return None if high / low - 1 <= self.tolerance else math.sqrt(low * high)
-        run = 0  # consecutive steps in the same direction at the end of the search
-        for _, ok in reversed(tried):
-            if ok != tried[-1][1]:
-                break
-            run += 1
-        factor = STEP**run
+        # steps out so far: every rate on the open side of the first one offered (a rate sustained once and missed
+        # when run again (`optimize.capacity`) reopens the bracket below it, and the steps start over from it)
+        first = tried[0][0]
+        if high is None:
+            run = sum(1 for rate, ok in tried if ok and rate >= first)
+        else:
+            run = sum(1 for rate, ok in tried if not ok and rate <= first)
+        factor = STEP ** max(run, 1)
         if high is None and low is not None:
             if self.ceiling is not None and low >= self.ceiling * (1 - 1e-9):
                 return None  # sustained the highest measurable rate: capacity is at least that

@@ -15,8 +15,9 @@ server, since throughput there is only the offered load).
   `load.capacity.RateSearch` from the variant's prediction, one run per offered rate of the planned requests
   (cycled to `requests_per_rate`: `level_requests`), Poisson arrivals (seeded), or the recorded pattern scaled
   when every request has an arrival time. A rate whose verdict is unclear (`load.capacity.unclear`) is run once
-  more (fresh cache salt), `REPEATS` at most per server, and judged on both runs pooled. The plan (rates x
-  window per server) is printed before the first search and cut to `--budget-minutes`.
+  more (fresh cache salt), `REPEATS` at most per server, and judged on both runs pooled. The capacity found is
+  run once more when it rests on one run (`_unconfirmed`); missed on both runs pooled, the search goes on below it.
+  The plan (rates x window per server) is printed before the first search and cut to `--budget-minutes`.
 
 The decision on what this measures is `optimize.capacity_decision`.
 """
@@ -28,7 +29,7 @@ import math
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING, Literal, cast
 
 from runinfra_opt.engine.protocol import LoadServer
 from runinfra_opt.fsutil import safe_name
@@ -434,11 +435,42 @@ def warm_up(state: RunState, variant: Variant) -> float:
     return round(time.perf_counter() - started, 2)
 
 
+def _run_again(
+    state: RunState, variant: Variant, rate: float, purpose: Literal["search", "unclear", "confirm"] = "search"
+) -> CapacityLevel:
+    """One more run of `rate` (`run_level`; the n-th run of a rate: `capacity-<rate>-<n>.jsonl`), kept in the
+    variant's levels (saved) with why it was run."""
+    vc = state.variant_result(variant).capacity
+    assert vc is not None
+    before = sum(1 for level in vc.levels if level.rate == rate)
+    name = f"capacity-{rate:g}.jsonl" if not before else f"capacity-{rate:g}-{before + 1}.jsonl"
+    level = run_level(state, variant, rate, Path("load") / safe_name(variant.name) / name)
+    level.purpose = purpose
+    vc.levels.append(level)
+    state.save()
+    return level
+
+
+def _unconfirmed(estimate: search_rules.Estimate | None, levels: list[CapacityLevel]) -> float | None:
+    """The capacity a search found when it rests on one run, else None. Near the knee one run's verdict does not
+    repeat on one server with the same schedule, by far more than its requests' count explains (docs/measurements.md,
+    capacity_search.py), so the rate a user provisions by is run once more and judged on both runs pooled; missed,
+    the search goes on below it."""
+    if estimate is None or estimate.status == "below":
+        return None
+    runs = [level for level in levels if level.rate == estimate.value]
+    return estimate.value if len(runs) == 1 else None
+
+
 def _verdict_text(runs: list[CapacityLevel], passed: bool, attainment: float) -> str:
     if len(runs) == 1:
         return "sustained" if passed else f"missed: {runs[0].reason}"
     shares = ", ".join(search_rules.share_text(run.attained, attainment) for run in runs if run.attained is not None)
-    return f"{len(runs)} runs ({shares} within the SLOs), pooled: {'sustained' if passed else 'missed'}"
+    verdict = "sustained" if passed else "missed"
+    if not shares:  # no SLO: keeping up is the verdict
+        kept = ", ".join("kept up" if run.kept_up else "fell behind" for run in runs)
+        return f"{len(runs)} runs ({kept}), pooled: {verdict}"
+    return f"{len(runs)} runs ({shares} within the SLOs), pooled: {verdict}"
 
 
 def search(state: RunState, variant: Variant, repredict: Callable[[], None] | None = None) -> None:
@@ -472,12 +504,12 @@ def search(state: RunState, variant: Variant, repredict: Callable[[], None] | No
         state.reporter.note(f"capacity search over the budget: {text}")
     if not summary.plan:
         servers = _servers_left(state)
-        most = search_rules.MAX_LEVELS + REPEATS
+        most = search_rules.MAX_LEVELS + REPEATS + 1
         text = (
             f"capacity search: a warm-up, then up to {search_rules.MAX_LEVELS} offered rates (and {REPEATS} runs "
-            f"more of a rate whose verdict is unclear) x ~{window:.0f} s each ({summary.requests_per_level} "
-            f"requests, {summary.arrivals} arrivals) per server, for {servers} server(s): about "
-            f"{most * window * servers / 60:.1f} min; --budget-minutes leaves room for "
+            f"more of a rate whose verdict is unclear, one more of the capacity found) x ~{window:.0f} s each "
+            f"({summary.requests_per_level} requests, {summary.arrivals} arrivals) per server, for {servers} "
+            f"server(s): about {most * window * servers / 60:.1f} min; --budget-minutes leaves room for "
             f"{max(1, min(search_rules.MAX_LEVELS, runs_allowed))} rate(s) per server"
         )
         summary.plan.append(text)
@@ -499,32 +531,48 @@ def search(state: RunState, variant: Variant, repredict: Callable[[], None] | No
     )
     attainment = state.config.slo_attainment
     tried = search_rules.pooled(vc.levels, attainment)
-    if not warmed and rules.next_rate(tried) is not None:  # a resumed search: its server is a fresh one
+    left = rules.next_rate(tried) is not None or _unconfirmed(rules.estimate(tried), vc.levels) is not None
+    if not warmed and left:  # a resumed search: its server is a fresh one
         vc.warmup_s = round((vc.warmup_s or 0.0) + warm_up(state, variant), 2)
-    repeats = len(vc.levels) - len(tried)  # runs added to unclear rates so far (a resumed search keeps count)
-    while (rate := rules.next_rate(tried)) is not None:
-        rate = float(f"{rate:.3g}")
-        if any(rate == r for r, _ in tried):
-            break  # rounding met a rate already offered: the bracket is as tight as the rates can show
-        runs: list[CapacityLevel] = []
-        while not runs or search_rules.unclear(runs, attainment) and len(runs) < 2:
-            if runs and repeats >= REPEATS:
-                break
-            if runs and len(vc.levels) >= runs_allowed:
-                summary.budget_ran_out.append(
-                    f"{variant.name}: the verdict at {rate:g} requests/s is unclear and the budget left no time to "
-                    "run it again"
-                )
-                break
-            name = f"capacity-{rate:g}.jsonl" if not runs else f"capacity-{rate:g}-{len(runs) + 1}.jsonl"
-            level = run_level(state, variant, rate, Path("load") / safe_name(variant.name) / name)
-            repeats += 1 if runs else 0
-            runs.append(level)
-            vc.levels.append(level)
-            state.save()
+    repeats = sum(1 for level in vc.levels if level.purpose == "unclear")  # a resumed search keeps count
+    while True:
+        while (rate := rules.next_rate(tried)) is not None:
+            rate = float(f"{rate:.3g}")
+            if any(rate == r for r, _ in tried):
+                break  # rounding met a rate already offered: the bracket is as tight as the rates can show
+            runs: list[CapacityLevel] = []
+            while not runs or search_rules.unclear(runs, attainment) and len(runs) < 2:
+                if runs and repeats >= REPEATS:
+                    break
+                if runs and len(vc.levels) >= runs_allowed:
+                    summary.budget_ran_out.append(
+                        f"{variant.name}: the verdict at {rate:g} requests/s is unclear and the budget left no time "
+                        "to run it again"
+                    )
+                    break
+                level = _run_again(state, variant, rate, "unclear") if runs else _run_again(state, variant, rate)
+                repeats += 1 if runs else 0
+                runs.append(level)
+            tried = search_rules.pooled(vc.levels, attainment)
+            passed = dict(tried)[rate]
+            state.reporter.note(f"{variant.name} at {rate:g} requests/s: {_verdict_text(runs, passed, attainment)}")
+        confirm = _unconfirmed(rules.estimate(tried), vc.levels)
+        if confirm is None:
+            break
+        if len(vc.levels) >= runs_allowed:
+            summary.budget_ran_out.append(
+                f"{variant.name}: its capacity, {confirm:g} requests/s, was sustained on one run; the budget left no "
+                "time to run it again"
+            )
+            break
+        _run_again(state, variant, confirm, "confirm")
         tried = search_rules.pooled(vc.levels, attainment)
-        passed = dict(tried)[rate]
-        state.reporter.note(f"{variant.name} at {rate:g} requests/s: {_verdict_text(runs, passed, attainment)}")
+        runs = [level for level in vc.levels if level.rate == confirm]
+        passed = dict(tried)[confirm]
+        state.reporter.note(
+            f"{variant.name} at {confirm:g} requests/s, run again to confirm it: "
+            f"{_verdict_text(runs, passed, attainment)}"
+        )
     estimate = rules.estimate(tried)
     if estimate is None:
         return

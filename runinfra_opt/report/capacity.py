@@ -149,7 +149,7 @@ def html_section(results: RunResults) -> str:
         parts.append('<div class="plots">')
         caption = (
             "Points: the {0} p95 over each run's requests, per variant (x: a run that missed; a rate whose verdict "
-            "was unclear was run twice, judged on both pooled); dashed "
+            "was unclear, and the capacity found, were run twice, judged on both pooled); dashed "
             "vertical lines: each variant's capacity (its knee, the highest rate sustained); dotted: the SLO."
         )
         for metric, slo, div in (("ttft_s", summary.slo_ttft_ms, "plot-capacity-ttft"),

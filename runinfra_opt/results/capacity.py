@@ -30,6 +30,9 @@ class CapacityLevel(_Model):
     """The highest KV-cache usage (0-1) the server reported during the level."""
     records: str | None = None
     wall_s: float | None = None
+    purpose: Literal["search", "unclear", "confirm"] = "search"
+    """Why the search ran it: a rate the search offered, a rate's second run because its first verdict was unclear,
+    or the capacity found run once more to confirm it (`optimize.capacity.search`)."""
 
 
 class VariantCapacity(_Model):
