@@ -71,7 +71,7 @@ def main() -> None:
     args = parser.parse_args()
     out = summary.out_dir(args) / "runs" / time.strftime("%Y%m%d-%H%M%S")  # a fresh run directory each time
 
-    from runinfra_opt.load.capacity import pooled, unclear
+    from runinfra_opt.load.capacity import RateSearch, pooled, unclear
     from runinfra_opt.methods import BASELINE
     from runinfra_opt.optimize import capacity
     from runinfra_opt.optimize.config import OptimizeConfig
@@ -112,10 +112,7 @@ def main() -> None:
             print(f"sweep {rate:g}/s: {'sustained' if passed else level['reason']} ({n + 1} run(s))", flush=True)
 
         def bracket() -> tuple[float | None, float | None]:
-            missed = [lv["rate"] for lv in levels if not lv["passed"]]
-            high = min(missed) if missed else None
-            sustained = [lv["rate"] for lv in levels if lv["passed"] and (high is None or lv["rate"] < high)]
-            return (max(sustained) if sustained else None), high
+            return RateSearch.bracket([(lv["rate"], lv["passed"]) for lv in levels])
 
         for i in range(steps):
             rate = float(f"{knee * (args.start + i * args.step):.3g}")

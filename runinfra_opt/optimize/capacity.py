@@ -413,8 +413,8 @@ def _warmup_requests(state: RunState) -> list[Request]:
 
 
 def _warmup_window_s(state: RunState) -> float:
-    times = search_rules.ramp(len(level_requests(state)), _baseline_e2e(state))
-    return (times[-1] if times else 0.0) + SETTLE_E2E * _baseline_e2e(state)
+    sends = [r.arrival_s or 0.0 for r in _warmup_requests(state)]
+    return max(sends, default=0.0) + SETTLE_E2E * _baseline_e2e(state)
 
 
 def warm_up(state: RunState, variant: Variant) -> float:
@@ -550,7 +550,7 @@ def search(state: RunState, variant: Variant, repredict: Callable[[], None] | No
                         "to run it again"
                     )
                     break
-                level = _run_again(state, variant, rate, "unclear") if runs else _run_again(state, variant, rate)
+                level = _run_again(state, variant, rate, "unclear" if runs else "search")
                 repeats += 1 if runs else 0
                 runs.append(level)
             tried = search_rules.pooled(vc.levels, attainment)
