@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from pathlib import Path
@@ -14,7 +15,7 @@ from typer.testing import CliRunner
 
 from runinfra_opt.cli.app import app
 from runinfra_opt.engine.vllm.metrics import parse_counters
-from runinfra_opt.load import LevelRun, LoadRecord, Rate
+from runinfra_opt.load import LevelRun, LoadRecord, Rate, Replay
 from runinfra_opt.load.capacity import (
     MAX_LEVELS,
     TOLERANCE,
@@ -23,6 +24,7 @@ from runinfra_opt.load.capacity import (
     ceiling,
     peak_rate,
     pooled,
+    queue_grew,
     ramp,
     servers_needed,
     share_text,
@@ -264,15 +266,16 @@ def test_throughput_on_an_unsaturated_recorded_load_decides_by_capacity(
     # step: an arrival joins the next step, so its TTFT grows as the steps lengthen, never by half a request (the
     # queue rule), and a capacity seen only as a lower bound decides nothing
     # (test_a_capacity_seen_only_as_a_lower_bound_ranks_nothing). Capped at 8 sequences a step (vLLM's
-    # max_num_seqs; the step-cost probes step 8), later arrivals queue, and 16 requests measure up to ~19/s, above
-    # the baseline's knee (~8/s): the search starts at that ceiling (the predictor has no cap) and steps down to
-    # it, bracketed or narrowed as far as 6 rates go.
+    # max_num_seqs; the step-cost probes step 8), later arrivals queue, and 24 requests (the 16 recorded, then 8 of
+    # them again: two rounds, which the queue rule compares under a recorded pattern) measure up to ~29/s, above the
+    # baseline's knee (~8/s): the search starts at that ceiling (the predictor has no cap) and steps down to it,
+    # bracketed or narrowed as far as 6 rates go.
     monkeypatch.setenv("FAKE_VLLM_STEP_COST", json.dumps({**FAST, "max_num_seqs": 8}))
     path = tmp_path / "recorded.jsonl"
     path.write_text(_rows(arrivals=True, count=16))
     result, results = _optimize(
         runner, table_server, tiny_models[0], path, tmp_path, "--load", "replay", "--confirm", "1",
-        "--capacity-requests", "16",
+        "--capacity-requests", "24",
     )  # fmt: skip
     summary = results.capacity
     assert summary is not None
@@ -424,6 +427,40 @@ def test_verdict_names_a_growing_queue_and_the_attainment() -> None:
     assert [share_text(a, b) for a, b in [(0.896, 0.9), (0.8996, 0.9), (0.5, 0.9), (0.9, 0.9)]] == [
         "89.6%", "89.96%", "50%", "90%"
     ]  # fmt: skip
+
+
+def test_a_recorded_pattern_grows_its_queue_only_round_over_round() -> None:
+    """A recording's thirds differ by design (summarize's last third holds its densest bursts): under a recorded
+    pattern the queue grew only when the same recorded requests waited longer in the sample's last round."""
+    burst = [0.5, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5, 4.0, 6.0, 8.0, 10.0]  # TTFT (s) as the pattern's bursts make them
+
+    def rounds(*ttfts: list[float]) -> list[LoadRecord]:
+        out = []
+        for k, round_ttft in enumerate(ttfts):
+            for i, ttft in enumerate(round_ttft):
+                record = _record(len(out), 30.0 * k + i, ttft, e2e=ttft + 1.0)
+                out.append(dataclasses.replace(record, request_id=f"r{i}" + (f"+{k}" if k else "")))
+        return out
+
+    one = rounds(burst)
+    grew = verdict(LevelRun(Rate(1.0), one, 0.0, 30.0, 4), 1.0, slo_ttft_ms=None, slo_tpot_ms=None, attainment=0.9,
+                   request_s=1.0)  # fmt: skip
+    assert "the queue grew through the run (TTFT median 500 ms over the first third of sends" in grew.reason
+    level = verdict(LevelRun(Replay(), one, 0.0, 30.0, 4), 1.0, slo_ttft_ms=None, slo_tpot_ms=None, attainment=0.9,
+                    request_s=1.0)  # fmt: skip
+    assert level.kept_up  # one round: nothing like to compare
+    assert queue_grew(rounds(burst, burst), 1.0, recorded=True) == (
+        False, "TTFT median 500 ms over the recorded sample's first round, 500 ms over the same requests in round 2"
+    )  # fmt: skip
+    later = [t + 3.0 for t in burst[:6]]  # a partial last round: its requests against the same ones in the first
+    grew_text = "TTFT median 500 ms over the recorded sample's first round, 3500 ms over the same requests in round 3"
+    assert queue_grew(rounds(burst, burst, later), 1.0, recorded=True) == (True, grew_text)
+    level = verdict(LevelRun(Replay(), rounds(burst, burst, later), 0.0, 90.0, 6), 1.0, slo_ttft_ms=None,
+                    slo_tpot_ms=None, attainment=0.9, request_s=1.0)  # fmt: skip
+    assert level.reason == f"the queue grew through the run ({grew_text})"
+    # an id of the sample's own that ends in +<n> is a recorded request, not a copy, when no `<id>` was sent
+    odd = [dataclasses.replace(r, request_id=f"q+{r.index}") for r in rounds(burst)]
+    assert queue_grew(odd, 1.0, recorded=True) == (False, "")
 
 
 def _level(rate: float, met: int, requests: int = 36, kept_up: bool = True) -> CapacityLevel:

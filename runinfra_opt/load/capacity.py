@@ -3,7 +3,10 @@
 - **A level's verdict** (`verdict`): a run at an offered rate is sustained when the server kept up (no request
   failed, nothing was preempted, the queue did not grow through the run: `queue_grew`) and, with SLOs, at least
   the attainment share of its requests succeeded within every SLO (TTFT and TPOT, bounds inclusive). Without an
-  SLO only keeping up counts (capacity at saturation).
+  SLO only keeping up counts (capacity at saturation). Under Poisson arrivals the queue's growth is read from
+  the first and last third of sends; under a recorded pattern, whose thirds differ by design (a recording's
+  bursts need not be spread evenly), from the same recorded requests in the first and last round of the sample
+  (`load.cycle`), and not at all in a run of one round.
 - **The search** (`RateSearch`): start at a predicted rate, step out by `STEP` (growing geometrically) until one
   rate is sustained and one missed, then halve the bracket geometrically until the missed rate is within
   `TOLERANCE` of the sustained one, at most `MAX_LEVELS` rates. The capacity is the highest sustained rate
@@ -27,6 +30,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from runinfra_opt.load.runner import LevelRun, LoadRecord
+from runinfra_opt.load.spec import Replay
 from runinfra_opt.results import CapacityLevel, Interval
 from runinfra_opt.stats import percentiles
 
@@ -59,24 +63,49 @@ def _median(values: Sequence[float]) -> float | None:
     return statistics.median(values) if values else None
 
 
-def queue_grew(records: Iterable[LoadRecord], request_s: float | None = None) -> tuple[bool, str]:
+def queue_grew(
+    records: Iterable[LoadRecord], request_s: float | None = None, *, recorded: bool = False
+) -> tuple[bool, str]:
     """Whether requests waited longer and longer through the run (`QUEUE_GROWTH`), and the figures in words.
     `request_s`: a request's length alone on the server (batch 1); without it, the first third's median
     end-to-end time, which an overloaded server already stretches (48 summarize requests at 5.65/s on vLLM: 24.6 s
-    against 2.8 s alone, so a TTFT from 2.8 to 9.7 s did not count as growth)."""
+    against 2.8 s alone, so a TTFT from 2.8 to 9.7 s did not count as growth). `recorded`: the arrivals are a
+    recorded pattern, compared round to round (`_rounds`); else the first and the last third of sends."""
     done = sorted((r for r in records if r.success and r.ttft_s is not None), key=lambda r: r.sent_s)
-    third = len(done) // 3
-    if third < 1:
-        return False, ""
-    first, last = done[:third], done[-third:]
+    if recorded:
+        rounds = _rounds(done)
+        if len(rounds) < 2:
+            return False, ""
+        last = rounds[-1]
+        again = {original for original, _ in last}
+        first = [r for original, r in rounds[0] if original in again]
+        last_records = [r for _, r in last]
+        over = ("the recorded sample's first round", f"the same requests in round {len(rounds)}")
+    else:
+        third = len(done) // 3
+        if third < 1:
+            return False, ""
+        first, last_records = done[:third], done[-third:]
+        over = ("the first third of sends", "the last")
     ttft_first = _median([r.ttft_s for r in first if r.ttft_s is not None]) or 0.0
-    ttft_last = _median([r.ttft_s for r in last if r.ttft_s is not None]) or 0.0
+    ttft_last = _median([r.ttft_s for r in last_records if r.ttft_s is not None]) or 0.0
     length = request_s if request_s is not None else _median([r.e2e_s for r in first if r.e2e_s is not None]) or 0.0
     grew = ttft_last >= QUEUE_GROWTH * ttft_first and ttft_last - ttft_first >= 0.5 * length
-    text = (
-        f"TTFT median {ttft_first * 1000:.0f} ms over the first third of sends, {ttft_last * 1000:.0f} ms over the last"
-    )
+    text = f"TTFT median {ttft_first * 1000:.0f} ms over {over[0]}, {ttft_last * 1000:.0f} ms over {over[1]}"
     return grew, text
+
+
+def _rounds(records: Sequence[LoadRecord]) -> list[list[tuple[str, LoadRecord]]]:
+    """`records` by round of the sample they repeat (`load.cycle`: the recorded requests, then their copies
+    `<id>+1`, `<id>+2`, ...), each as (the recorded request's id, the record); a suffix counts only where the
+    request it names was sent too."""
+    ids = {r.request_id for r in records}
+    by_round: dict[int, list[tuple[str, LoadRecord]]] = {}
+    for record in records:
+        original, plus, n = record.request_id.rpartition("+")
+        copy = int(n) if plus and n.isdigit() and original in ids else 0
+        by_round.setdefault(copy, []).append((original if copy else record.request_id, record))
+    return [by_round[k] for k in sorted(by_round)]
 
 
 def _meets(record: LoadRecord, slo_ttft_ms: float | None, slo_tpot_ms: float | None) -> bool:
@@ -103,7 +132,7 @@ def verdict(
     `request_s`: a request's length at batch 1 (`queue_grew`)."""
     records = list(run.records)
     failed = sum(not r.success for r in records)
-    grew, growth = queue_grew(records, request_s)
+    grew, growth = queue_grew(records, request_s, recorded=isinstance(run.level, Replay))
     reasons = []
     if failed:
         reasons.append(f"{failed} of {len(records)} requests failed")
