@@ -3,18 +3,22 @@
 Runs `optimize --engine vllm --priority capacity` on a bundled workload (baseline and one n-gram variant by
 default): every variant's capacity is predicted, each launched variant's is searched on its server. Right after
 the search on the baseline's server (the same launch), a dense sweep offers every `--step` of the searched knee
-from `--from` to `--to` (one run per rate of the requests the search sends, `--capacity-requests` of them,
-arrivals as the search offers them, the same judge; a rate whose verdict is unclear runs again and is judged on
-both runs pooled, as in the search) up to its first missed rate: its knee is the rate below, the rates above
-cannot move it, so its wall time is the least a dense sweep needs. As in the search, the knee found is run once
-more when it rests on one run, and the rate below takes its place when both runs pooled miss. Reported: each
-launched variant's measured capacity against its prediction (the one before its server warmed up, the one the
-search started from after the warm-up, and the re-fitted one at the end), the sweep's knee against the search's,
-and the two wall times (the search's with its warm-up).
+from `--from` to `--to` (runs of the requests the search sends, `--capacity-requests` of them, arrivals as the
+search offers them, the same judge). A rate below `--near` of the knee runs once, again when its verdict is
+unclear (judged on both runs pooled, as in the search); a rate from `--near` of the knee up runs `--runs-near-knee`
+times, judged on all its runs pooled, since near the knee one run's verdict does not repeat on the same server.
+The sweep goes up to its first missed rate: its knee is the rate below, the rates above cannot move it. As in the
+search, the knee found is run once more when it rests on one run, and the rate below takes its place when both
+runs pooled miss. The one-run sweep (each rate's first run, and its second where the first was unclear, up to
+their first miss: the sweep the issue's target names) is read from the same runs, with its knee and wall time.
+Reported: each launched variant's measured capacity against its prediction (the one before its server warmed up,
+the one the search started from after the warm-up, and the re-fitted one at the end), the sweep's knee (pooled)
+and the one-run sweep's against the search's, and the wall times (the search's with its warm-up, against the
+one-run sweep's).
 
     .venv/bin/python benchmarks/capacity_search.py [--workload summarize] [--requests 12] [--capacity-requests N]
         [--max-tokens 32] [--slo-ttft-ms 1500] [--slo-tpot-ms 150] [--attainment 0.9] [--lookahead 2]
-        [--from 0.5 --to 1.5 --step 0.1] [--out-dir DIR] [--keep]
+        [--from 0.5 --to 1.5 --step 0.1] [--runs-near-knee 1 --near 0.8] [--out-dir DIR] [--keep]
 
 Needs `runinfra-opt engine install vllm`. The run directory and the sweep's records go to `--out-dir`; the figures
 to `--out-dir`/summary.json (`--keep`: benchmarks/results/capacity_search.json; for another workload than
@@ -67,6 +71,10 @@ def main() -> None:
     parser.add_argument("--from", dest="start", type=float, default=0.5, help="the sweep's lowest rate / the knee")
     parser.add_argument("--to", dest="stop", type=float, default=1.5, help="the sweep's highest rate / the knee")
     parser.add_argument("--step", type=float, default=0.1, help="the sweep's step / the knee")
+    parser.add_argument(
+        "--runs-near-knee", type=int, default=1, help="runs pooled at each swept rate from --near of the knee up"
+    )
+    parser.add_argument("--near", type=float, default=0.8, help="where --runs-near-knee starts / the knee")
     summary.add_output_options(parser, __file__)
     args = parser.parse_args()
     out = summary.out_dir(args) / "runs" / time.strftime("%Y%m%d-%H%M%S")  # a fresh run directory each time
@@ -114,13 +122,27 @@ def main() -> None:
         def bracket() -> tuple[float | None, float | None]:
             return RateSearch.bracket([(lv["rate"], lv["passed"]) for lv in levels])
 
+        def one_run(rate: float) -> list[Any]:
+            """The runs a one-run sweep judges `rate` on: its first, and its second where the first is unclear."""
+            return runs[rate][:1] if not unclear(runs[rate][:1], attainment) else runs[rate][:2]
+
+        one_run_missed: float | None = None  # the one-run sweep's first miss
+        missed = False  # the sweep's (pooled)
         for i in range(steps):
             rate = float(f"{knee * (args.start + i * args.step):.3g}")
             offer(rate)
             if unclear(runs[rate], attainment):  # run again and pooled, as the search does
                 offer(rate)
-            if not pooled(runs[rate], attainment)[0][1]:
-                break  # the dense sweep's knee is the rate below its first miss: the rates above it cannot move it
+            while rate >= args.near * knee and len(runs[rate]) < args.runs_near_knee:
+                offer(rate)
+            if one_run_missed is None and not pooled(one_run(rate), attainment)[0][1]:
+                one_run_missed = rate
+            missed = missed or not pooled(runs[rate], attainment)[0][1]
+            if missed and one_run_missed is not None:
+                break  # each sweep's knee is the rate below its first miss: the rates above it cannot move it
+        one_run_rates = [rate for rate in runs if one_run_missed is None or rate <= one_run_missed]
+        one_run_knee = max((r for r in one_run_rates if r != one_run_missed), default=0.0)
+        one_run_s = sum(run.wall_s or 0.0 for rate in one_run_rates for run in one_run(rate))  # unconfirmed
         # its knee rests on two runs at least, as the search's does (`capacity._unconfirmed`): missed on both pooled,
         # the rate below is the knee, run again in turn
         while (low := bracket()[0]) is not None and len(runs[low]) < 2:
@@ -138,7 +160,12 @@ def main() -> None:
             search_knee=knee,
             search_interval=[vc.measured.low, vc.measured.high],
             knee_agreement=knee / dense_knee - 1 if dense_knee else None,
-            wall_ratio=search_s / (time.perf_counter() - began),
+            runs_near_knee=args.runs_near_knee,
+            one_run_knee=one_run_knee,
+            one_run_first_missed=one_run_missed,
+            one_run_knee_agreement=knee / one_run_knee - 1 if one_run_knee else None,
+            one_run_wall_s=round(one_run_s, 1),
+            wall_ratio=search_s / one_run_s if one_run_s else None,
             search_and_sweep_s=round(time.perf_counter() - started, 1),
         )
 
