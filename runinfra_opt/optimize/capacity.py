@@ -1,31 +1,24 @@
 """Capacity in a run: how much traffic one server sustains with each variant, and how many servers the target
 rate needs (`--priority capacity`; and `--priority throughput` where the recorded load does not saturate the
-server, since throughput there is only the offered load).
+server, since throughput there is only the offered load). This module offers the rates and searches them on the
+launched servers; the predictions it starts from are `optimize.capacity_prediction`, the decision on what it
+measures `optimize.capacity_decision`.
 
-- **Predicted** (`predict`, from the serving predictor's phases): every predictable variant's highest sustained
-  rate, by bisection over offered rates on the modelled scheduler, judged on the predicted records exactly as a
-  measured run is judged (`load.capacity.verdict`); once searches have warmed their servers up, with the steps
-  priced by batch size from the baseline's warm-up (`_warmup_corrections`) and the speculative terms from the
-  launched variants' (`_warmup_overheads`).
-- **Searched** (`search`, right after a launched variant's batch-1 timing and load levels, on its server): first
-  a warm-up judged by nothing (`warm_up`: what a rate sends, at a rate rising to the highest measurable one, so the
-  first rate judged is not the server's first heavy load; its decoding steps price the predictions' steps by
-  batch size),
-  then every capacity predicted again with what the warm-up showed (the `repredict` hook), then a
-  `load.capacity.RateSearch` from the variant's prediction, one run per offered rate of the planned requests
-  (cycled to `requests_per_rate`: `level_requests`), Poisson arrivals (seeded), or the recorded pattern scaled
-  when every request has an arrival time. A rate whose verdict is unclear (`load.capacity.unclear`) is run once
-  more (fresh cache salt), `REPEATS` at most per server, and judged on both runs pooled. The capacity found is
-  run once more when it rests on one run (`_unconfirmed`); missed on both runs pooled, the search goes on below it.
-  The plan (rates x window per server) is printed before the first search and cut to `--budget-minutes`.
-
-The decision on what this measures is `optimize.capacity_decision`.
+The search (`search`, right after a launched variant's batch-1 timing and load levels, on its server): first a
+warm-up judged by nothing (`warm_up`: what a rate sends, at a rate rising to the highest measurable one, so the
+first rate judged is not the server's first heavy load; its decoding steps price the predictions' steps by batch
+size), then every capacity predicted again with what the warm-up showed (the `repredict` hook), then a
+`load.capacity.RateSearch` from the variant's prediction, one run per offered rate of the planned requests (cycled
+to `requests_per_rate`: `level_requests`), Poisson arrivals (seeded), or the recorded pattern scaled when every
+request has an arrival time. A rate whose verdict is unclear (`load.capacity.unclear`) is run once more (fresh
+cache salt), `REPEATS` at most per server, and judged on both runs pooled. The capacity found is run once more
+when it rests on one run (`_unconfirmed`); missed on both runs pooled, the search goes on below it. The plan (rates
+x window per server) is printed before the first search and cut to `--budget-minutes`.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import math
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -35,7 +28,7 @@ from runinfra_opt.engine.protocol import LoadServer
 from runinfra_opt.fsutil import safe_name
 from runinfra_opt.load import Rate, Replay
 from runinfra_opt.load import capacity as search_rules
-from runinfra_opt.load.cycle import cycle, original_id
+from runinfra_opt.load.cycle import cycle
 from runinfra_opt.methods import BASELINE, Variant
 from runinfra_opt.optimize.state import RunState
 from runinfra_opt.records import disqualifying
@@ -43,14 +36,8 @@ from runinfra_opt.results import CapacityLevel, CapacitySummary, VariantCapacity
 
 if TYPE_CHECKING:  # pragma: no cover
     from runinfra_opt.load import LevelRun, LoadLevel
-    from runinfra_opt.predict.draftcost import DraftCost
-    from runinfra_opt.predict.overhead import SpecOverhead
-    from runinfra_opt.predict.serving import Corrections, RequestPasses
-    from runinfra_opt.predict.steptable import StepCostTable
     from runinfra_opt.workload.model import Request
 
-PREDICT_TOLERANCE = 0.02
-"""The predicted capacity is bisected until its bracket is within 2%."""
 REPEATS = 2
 """Runs a search adds per server to rates whose verdict is unclear (`load.capacity.unclear`), one a rate."""
 SETTLE_E2E = 3
@@ -102,13 +89,6 @@ def level_requests(state: RunState) -> list[Request]:
     return cycle(state.requests, requests_per_rate(state))
 
 
-def _level_passes(state: RunState, items: list[RequestPasses]) -> list[RequestPasses]:
-    """The predictor's requests for one offered rate, cycled as `level_requests` cycles the planned ones."""
-    by_id = {item.request.id: item for item in items}
-    requests = cycle([item.request for item in items], requests_per_rate(state))
-    return [dataclasses.replace(by_id[original_id(r)], request=r) for r in requests]
-
-
 def offered(state: RunState, rate: float) -> LoadLevel:
     """The load level that offers `rate` requests/s: the recorded arrivals scaled to it when every request has
     one, else Poisson arrivals (`--burstiness`, `--seed`)."""
@@ -146,171 +126,6 @@ def _summary(state: RunState, why: str) -> CapacitySummary:
     return results.capacity
 
 
-# ---- predicted --------------------------------------------------------------------------------------------------
-
-
-def _predicted_verdict(
-    state: RunState, rate: float, passes: list[RequestPasses], table: StepCostTable,
-    corrections: Corrections | None, overhead: SpecOverhead, draft: DraftCost | None = None,
-) -> bool:  # fmt: skip
-    from runinfra_opt.predict.serving import Corrections, predict_run
-
-    level, items = offered(state, rate), _level_passes(state, passes)
-    run = predict_run(level, items, table, corrections=corrections or Corrections(), overhead=overhead, draft=draft)
-    return judge(state, run, rate).passed
-
-
-def predict(
-    state: RunState,
-    passes: dict[str, list[RequestPasses]],
-    table: StepCostTable,
-    corrections: Corrections | None,
-    overheads: dict[str, SpecOverhead],
-    drafts: dict[str, DraftCost] | None = None,
-) -> None:
-    """Every predictable variant's predicted capacity into `capacity.predicted` (when capacity may decide); `drafts`:
-    the draft-model variants' proposers (`optimize.serving.draft_cost`). Once the baseline's server has warmed up
-    for its search, every variant (the baseline included) is predicted with its steps' cost by batch size read off
-    that warm-up (`_warmup_corrections`); before, with the batch-1 `corrections`."""
-    from runinfra_opt.predict.overhead import NONE as NO_OVERHEAD
-
-    if not may_decide(state):
-        return
-    fitted = _warmup_corrections(state, table, corrections) or corrections
-    under_load = _warmup_overheads(state, passes, table, fitted, drafts or {}) if fitted is not None else {}
-    for name, items in passes.items():
-        if not items:
-            continue
-        vr = state.results.variant(name)
-        if vr is None:
-            continue
-        mean_e2e = sum(r.e2e_s for r in vr.predicted_requests) / max(len(vr.predicted_requests), 1)
-        start = 1.0 / mean_e2e if mean_e2e > 0 else 1.0
-        overhead = under_load.get(name) or overheads.get(name, NO_OVERHEAD)
-        draft = (drafts or {}).get(name)
-
-        def sustained(
-            rate: float,
-            items: list[RequestPasses] = items,
-            overhead: SpecOverhead = overhead,
-            draft: DraftCost | None = draft,
-        ) -> bool:
-            return _predicted_verdict(state, rate, items, table, fitted, overhead, draft)
-
-        vc = vr.capacity or VariantCapacity()
-        floor = search_rules.floor(_baseline_e2e(state))
-        vc.predicted = _bisect(sustained, min(max(start, floor), _ceiling(state)), _ceiling(state), floor)
-        vr.capacity = vc
-
-
-WARMUP_CORRECTIONS_KEY = "capacity_corrections"
-"""`results.cost_model[...]`: the step corrections by batch size the capacity predictions use, and what they were
-read off."""
-
-
-def _warmup_corrections(state: RunState, table: StepCostTable, batch1: Corrections | None) -> Corrections | None:
-    """The batch-1 `corrections` with the step's by batch size (`predict.figures.batch_residuals`) read off the
-    baseline's warm-up, from the batch-1 step correction at one sequence: the table is measured up to a few
-    sequences at one context length, the searched rates step many more at the requests' own. None before the
-    warm-up or when it shows too few decoding steps. Nothing judges the warm-up, and its rate rises through the
-    searched ones without holding any, so the baseline's prediction is not fitted on a run it is checked by. The
-    warm-up's requests are the rates' (copies included), so its steps are the searched steps' kind. Recorded in
-    `results.cost_model[WARMUP_CORRECTIONS_KEY]`."""
-    from runinfra_opt.load.store import read_run
-    from runinfra_opt.predict.figures import batch_residuals
-    from runinfra_opt.predict.serving import Corrections
-
-    vr = state.results.variant(BASELINE.name)
-    records = vr.capacity.warmup_records if vr and vr.capacity else None
-    path = state.run_dir / records if records else None
-    if path is None or not path.exists():
-        return None
-    points = batch_residuals(read_run(path), table)
-    if not points:
-        return None
-    base = batch1 or Corrections()
-    if points[0][0] > 1:  # anchored at batch 1 by the batch-1 fit (a warm-up rarely steps one sequence alone)
-        points = ((1.0, base.step_s), *points)
-    state.results.cost_model[WARMUP_CORRECTIONS_KEY] = {
-        "by_batch": [[b, s] for b, s in points],
-        "request_s": base.request_s,
-        "fitted_to": f"the baseline's warm-up for its capacity search ({records}): decoding steps by batch size",
-    }
-    return Corrections(base.step_s, base.request_s, by_batch=points)
-
-
-WARMUP_OVERHEADS_KEY = "capacity_spec_overheads"
-"""`results.cost_model[...]`: the speculative step terms the capacity predictions use, fitted on warm-ups."""
-
-
-def _warmup_overheads(
-    state: RunState,
-    passes: dict[str, list[RequestPasses]],
-    table: StepCostTable,
-    corrections: Corrections,
-    drafts: dict[str, DraftCost],
-) -> dict[str, SpecOverhead]:
-    """The speculative step terms under load for each variant of a method whose launched variants have warmed up
-    for their searches: both terms fitted (`predict.overhead.fit`) on those warm-ups' steps by batch size
-    (`predict.overhead.warmup_samples`, beyond the table and the baseline's warm-up `corrections`). A variant's
-    own warm-up counts toward its terms: nothing judges it, and it holds none of the searched rates. A copy of a
-    planned request (`load.cycle`) carries its original's simulated passes (greedy: the same output). Variants
-    of a method none of whose variants warmed up keep the batch-1 terms. Recorded in
-    `results.cost_model[WARMUP_OVERHEADS_KEY]`."""
-    from runinfra_opt.load.store import read_run
-    from runinfra_opt.predict.overhead import Sample, fit, warmup_samples
-
-    method = {v.name: v.method for v in state.space if v.is_speculative}
-    samples: dict[str, list[Sample]] = {}
-    for vr in state.results.variants:
-        records = vr.capacity.warmup_records if vr.capacity else None
-        if vr.name not in method or vr.name not in passes or not records or not (state.run_dir / records).exists():
-            continue
-        planned = {item.request.id: item.passes for item in passes[vr.name]}
-        by_id = {r.id: planned[original_id(r)] for r in level_requests(state) if original_id(r) in planned}
-        run = read_run(state.run_dir / records)
-        found = warmup_samples(vr.name, run, by_id, table, corrections.step_at, drafts.get(vr.name))
-        samples.setdefault(method[vr.name], []).extend(found)
-    fitted = {family: fit(rows) for family, rows in samples.items() if rows}
-    out = {name: fitted[family] for name, family in method.items() if family in fitted}
-    if fitted:
-        state.results.cost_model[WARMUP_OVERHEADS_KEY] = {
-            "by_method": {family: terms.to_dict() for family, terms in fitted.items()},
-            "method": "least squares over the launched variants' capacity warm-ups, their decoding steps grouped by "
-            "batch size, beyond the table and the baseline's warm-up step corrections",
-        }
-    return out
-
-
-def _bisect(check: Callable[[float], bool], start: float, ceiling: float, floor: float) -> float:
-    """The highest rate in [`floor`, `ceiling`] that `check(rate)` holds at, to `PREDICT_TOLERANCE` (0 when not
-    even at the floor)."""
-    low, high = None, None
-    rate = start
-    for _ in range(11):  # out from the start by doubling or halving until bracketed
-        if check(rate):
-            low = rate
-            if high is not None or rate >= ceiling:
-                break
-            rate = min(rate * 2, ceiling)
-        else:
-            high = rate
-            if low is not None or rate <= floor:
-                break
-            rate = max(rate / 2, floor)
-    if low is None:
-        return 0.0
-    if high is None:
-        return low
-    while high / low - 1 > PREDICT_TOLERANCE:
-        middle = math.sqrt(low * high)
-        low, high = (middle, high) if check(middle) else (low, middle)
-    return low
-
-
-# ---- searched ---------------------------------------------------------------------------------------------------
-
-
 def judge(
     state: RunState, run: LevelRun, rate: float, preemptions: int | None = None, kv: float | None = None
 ) -> CapacityLevel:
@@ -325,24 +140,24 @@ def judge(
         attainment=config.slo_attainment,
         preemptions=preemptions,
         kv_cache_peak=kv,
-        request_s=_baseline_e2e(state),
+        request_s=baseline_e2e(state),
     )
 
 
-def _baseline_e2e(state: RunState) -> float:
+def baseline_e2e(state: RunState) -> float:
     import statistics
 
     records = state.baseline_records().values()
     return statistics.median([r.e2e_s for r in records]) if records else 1.0
 
 
-def _ceiling(state: RunState) -> float:
+def ceiling(state: RunState) -> float:
     """The highest rate one offered rate's requests can measure (`load.capacity.ceiling`)."""
-    return search_rules.ceiling(len(level_requests(state)), _baseline_e2e(state))
+    return search_rules.ceiling(len(level_requests(state)), baseline_e2e(state))
 
 
 def _window_s(state: RunState, rate: float) -> float:
-    return len(level_requests(state)) / rate + SETTLE_E2E * _baseline_e2e(state)
+    return len(level_requests(state)) / rate + SETTLE_E2E * baseline_e2e(state)
 
 
 def _servers_left(state: RunState) -> int:
@@ -364,7 +179,7 @@ def _saturates(state: RunState) -> bool | None:
     # the recorded requests once: one round, which the capacity levels' round-over-round queue rule cannot judge;
     # the thirds of sends err towards "saturated" where a recording ends in its bursts, which leaves the decision
     # to throughput, as without capacity
-    grew, _ = search_rules.queue_grew(records, _baseline_e2e(state))
+    grew, _ = search_rules.queue_grew(records, baseline_e2e(state))
     return grew or any(not r.success for r in records)
 
 
@@ -409,20 +224,20 @@ def _warmup_requests(state: RunState) -> list[Request]:
     """What one offered rate sends (`level_requests`), sent at a rate rising from one request in flight to the
     highest measurable rate (`load.capacity.ramp`), as arrival times the recorded arrivals' replay follows."""
     requests = level_requests(state)
-    times = search_rules.ramp(len(requests), _baseline_e2e(state))
+    times = search_rules.ramp(len(requests), baseline_e2e(state))
     return [dataclasses.replace(r, arrival_s=at) for r, at in zip(requests, times, strict=True)]
 
 
 def _warmup_window_s(state: RunState) -> float:
     sends = [r.arrival_s or 0.0 for r in _warmup_requests(state)]
-    return max(sends, default=0.0) + SETTLE_E2E * _baseline_e2e(state)
+    return max(sends, default=0.0) + SETTLE_E2E * baseline_e2e(state)
 
 
 def warm_up(state: RunState, variant: Variant) -> float:
     """What one offered rate sends, once, at a rate rising to the highest measurable one (`_warmup_requests`) and
     judged by nothing, so that the first rate judged is not the server's first heavy load; its records go to
     `capacity.warmup_records`, where the capacity predictions read the steps' cost at every batch size the searched
-    rates reach (`_warmup_corrections`, `_warmup_overheads`). Returns its seconds."""
+    rates reach (`optimize.capacity_prediction`). Returns its seconds."""
     from runinfra_opt.load.store import RecordWriter
 
     engine = cast(LoadServer, state.engine)
@@ -488,7 +303,7 @@ def search(state: RunState, variant: Variant, repredict: Callable[[], None] | No
         vc.note = "not searched: its greedy output differs from the baseline's (it cannot win)"
         state.save()
         return
-    e2e = _baseline_e2e(state)
+    e2e = baseline_e2e(state)
     share = max(state.budget_left(), 0.0) / _servers_left(state)
     warmup = _warmup_window_s(state) if vc.warmup_records is None else 0.0
     window = _window_s(state, vc.search_start or vc.predicted or 1.0 / max(e2e, 1e-3))
@@ -528,7 +343,7 @@ def search(state: RunState, variant: Variant, repredict: Callable[[], None] | No
     start = vc.search_start
     allowed = max(1, min(search_rules.MAX_LEVELS, runs_allowed))
     rules = search_rules.RateSearch(
-        start, max_levels=max(allowed, len(vc.levels)), ceiling=_ceiling(state), floor=search_rules.floor(e2e)
+        start, max_levels=max(allowed, len(vc.levels)), ceiling=ceiling(state), floor=search_rules.floor(e2e)
     )
     attainment = state.config.slo_attainment
     tried = search_rules.pooled(vc.levels, attainment)

@@ -254,10 +254,11 @@ def _inputs(
 
 
 def predict_capacity(state: RunState) -> None:
-    """Every predictable variant's capacity predicted again on what has been measured so far (`capacity.predict`,
-    with the terms `predict(after_confirm=True, interim=True)` fits), the batch-1 and load-level predictions left
-    as they are: a capacity search calls it once its server has warmed up (`capacity.search`'s `repredict`)."""
-    from runinfra_opt.optimize import capacity
+    """Every predictable variant's capacity predicted again on what has been measured so far
+    (`capacity_prediction.predict`, with the terms `predict(after_confirm=True, interim=True)` fits), the batch-1 and
+    load-level predictions left as they are: a capacity search calls it once its server has warmed up
+    (`capacity.search`'s `repredict`)."""
+    from runinfra_opt.optimize import capacity_prediction
 
     inputs = _inputs(state)
     if inputs is None:
@@ -266,7 +267,7 @@ def predict_capacity(state: RunState) -> None:
     calibration = _batch1_calibration(state, table, passes[BASELINE.name], after_confirm=True)
     overheads = _spec_overheads(state, table, passes, calibration, variants, drafts, interim=True)
     corrections = calibration.corrections if calibration is not None else None
-    capacity.predict(state, passes, table, corrections, overheads, drafts)
+    capacity_prediction.predict(state, passes, table, corrections, overheads, drafts)
 
 
 def predict(state: RunState, *, after_confirm: bool = False, interim: bool = False) -> None:
@@ -332,10 +333,10 @@ def predict(state: RunState, *, after_confirm: bool = False, interim: bool = Fal
         for predicted in vr.load_predicted:
             mine, theirs = level_tps[predicted.level].get(variant.name), level_tps[predicted.level].get(BASELINE.name)
             predicted.vs_baseline = mine / theirs if mine and theirs else None
-    from runinfra_opt.optimize import capacity
+    from runinfra_opt.optimize import capacity_prediction
 
     corrections = calibration.corrections if calibration is not None else None
-    capacity.predict(state, passes, table, corrections, overheads, drafts)
+    capacity_prediction.predict(state, passes, table, corrections, overheads, drafts)
     left = [v.name for v in state.space if v not in variants]
     if left:
         results.add_note(
