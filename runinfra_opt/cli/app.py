@@ -123,8 +123,9 @@ def main() -> None:
 def _leave_now(code: int) -> None:
     """Exit a cancelled command at once: by now its servers are stopped and what was finished is on disk, and
     what is left of a normal exit is the exit hooks (run here: they stop a Ray cluster this process started and
-    flush logs) and the interpreter's teardown of every loaded module (torch's and transformers' included), about
-    a second on a quiet 2-core machine and several under load, out of a CI grace period."""
+    flush logs) and the interpreter's teardown of every loaded module (torch's and transformers' included), which
+    a CI grace period cannot spare (docs/measurements.md, faults.py). `atexit` has no public way to run its hooks
+    early; `_run_exitfuncs` is the one Python's own shutdown calls."""
     import atexit
     import os
 
