@@ -338,7 +338,7 @@ def test_a_k_schedule_is_measured_as_a_variant_and_written_only_when_better(
     results = load_results(tmp_path / "run" / "results.json")
     assert results.load is not None
     schedule = results.load.schedule
-    assert schedule is not None
+    assert schedule is not None, _measured_levels(results)
     assert schedule.built_from == {"concurrency:1": "vllm_ngram-m1-n3-k8", "concurrency:4": "vllm_ngram-m1-n3-k2"}
     assert schedule.schedule == [[1, 2, 8], [3, 1024, 2]]
     measured = results.variant(schedule.variant)
@@ -367,6 +367,17 @@ def test_a_k_schedule_is_measured_as_a_variant_and_written_only_when_better(
         assert schedule.written == schedule.verified
         if results.decision is not None and results.decision.winner == schedule.variant:
             assert "num_speculative_tokens_per_batch_size" in manifest
+
+
+def _measured_levels(results: RunResults) -> str:
+    """What the k-schedule rule chose from: every variant's paired ratio and failures per level, and the notes."""
+    lines = []
+    for vr in results.variants:
+        for lr in vr.load:
+            ratio = lr.vs_baseline
+            paired = f"{ratio.value:.3f} [{ratio.low:.3f}, {ratio.high:.3f}]" if ratio else "-"
+            lines.append(f"{vr.name} {lr.level}: ratio {paired}, failed {lr.metrics.failed}, {vr.disqualified=}")
+    return "\n".join(lines + [note.text for note in results.notes])
 
 
 def _tokens_at(vr: VariantResult, level: str) -> float:

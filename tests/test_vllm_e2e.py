@@ -428,14 +428,19 @@ def test_a_draft_variant_is_predicted_launched_and_faster_than_the_baseline(
         "Servers: 3 launched (1 baseline, 1 candidate(s), 1 draft alone) for 3 variants; 2 speculative variant(s) "
         "predicted from the baseline's server."
     )
-    # measured faster than the baseline (paired with it), lossless, and near its prediction (3 short requests). The
-    # gain, not tokens/s: the prediction comes from tables measured minutes before the timing, and the other test
-    # workers' load moves both servers' speed between the two (tokens/s 26% below its prediction in one full suite,
-    # the paired gain 15% below); the ratio to the baseline timed beside it is what the ranking used.
+    # measured faster than the baseline (paired with it), lossless, and predicted faster too, near the measurement.
+    # The gain, not tokens/s: the ratio to the baseline timed beside it is what the ranking used. "Near" is a factor
+    # of 1.6 either way, not the predictor's accuracy (benchmarks/predictor_accuracy.py measures that alone under the
+    # CPU lock): the tables are measured minutes before the timing, and on two cores shared with the other test
+    # workers the draft's cost relative to the target's moves with their load (docs/measurements.md, Experiments
+    # without a script, 2026-12-07 03:00, where a run of this test re-predicted shows that leaving the draft's cost
+    # out, or counting it twice, falls outside these bounds on a quiet machine).
     assert best.measured is not None
     assert best.disqualified is None
     assert best.measured.speedup is not None
     assert best.measured.speedup.value > 1.0
     assert best.predicted is not None
     assert best.predicted.speedup is not None
-    assert best.predicted.speedup.value == pytest.approx(best.measured.speedup.value, rel=0.25)
+    predicted, measured = best.predicted.speedup.value, best.measured.speedup.value
+    assert predicted > 1.0
+    assert 1 / 1.6 < predicted / measured < 1.6, f"predicted {predicted:.3f}x, measured {measured:.3f}x"
