@@ -404,11 +404,13 @@ def test_the_prediction_of_the_stand_in_server_is_within_15_percent(
     fake_vllm: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     """Every draft is accepted on the stand-in, so k 4 emits 5 tokens a step (the last one fewer). Its table is its
-    formula, which leaves out its own HTTP and Python cost (about 0.3 ms a chunk on an idle machine, over 1 ms
-    on a busy one): the raw prediction may miss by that, but the speedup of k 4 over the baseline must be within
-    15% at 1 and 4 in flight, and so must k 4's tokens/s once the baseline's runs calibrate each level, as optimize
-    does (the baseline's own calibrated figure within 2%). Both servers run side by side and are measured A B A B,
-    so that a change in the machine's load between them does not pass for a prediction error."""
+    formula, which leaves out its own HTTP and Python cost (about 0.3 ms a chunk on an idle machine, 2 ms at 4 in
+    flight on a busy one): the raw prediction may miss by that, and by more on the baseline's 40 chunks than on k 4's
+    8, so the raw speedup too (docs/measurements.md, Experiments without a script, 2026-12-07 04:10). Once the
+    baseline's runs calibrate each level, as optimize does (the baseline's own calibrated figure within 2%), k 4's
+    tokens/s and its speedup over the baseline must be within 15% at 1 and 4 in flight. Both servers run side by
+    side and are measured A B A B, so that a change in the machine's load between them does not pass for a
+    prediction error."""
     monkeypatch.setenv("FAKE_VLLM_STEP", "batch")
     table = _fake_table()
     output_tokens, prompt_tokens = 40, 12
@@ -456,7 +458,7 @@ def test_the_prediction_of_the_stand_in_server_is_within_15_percent(
     for level in levels:
         measured, raw, calibrated = (tokens_per_s[name, 4, level.name] for name in ("measured", "raw", "calibrated"))
         speedup = measured / tokens_per_s["measured", 0, level.name]
-        assert raw / tokens_per_s["raw", 0, level.name] == pytest.approx(speedup, rel=0.15), level.name
+        assert calibrated / tokens_per_s["calibrated", 0, level.name] == pytest.approx(speedup, rel=0.15), level.name
         assert calibrated == pytest.approx(measured, rel=0.15), level.name
         assert raw == pytest.approx(measured, rel=0.30), level.name  # the stand-in's own cost on a busy machine
         assert tokens_per_s["calibrated", 0, level.name] == pytest.approx(
