@@ -142,7 +142,7 @@ def test_each_timed_pass_of_a_suffix_variant_gets_a_fresh_server(
     run_dir = tmp_path / "run"
     args = ["optimize", "--engine", "vllm", "--vllm-python", fake_vllm, "--target", str(tiny_models[0])]
     args += ["--workload", str(workload), "--methods", "suffix", "--lookahead", "4", "--load", "concurrency:2"]
-    args += ["--max-tokens", "12", "--repeats", "2", "--run-dir", str(run_dir), "--out", str(tmp_path / "m.yaml")]
+    args += ["--max-tokens", "48", "--repeats", "2", "--run-dir", str(run_dir), "--out", str(tmp_path / "m.yaml")]
     result = runner.invoke(app, [*args, "--json"], catch_exceptions=False)
     assert result.exit_code == 0, result.output
     results = load_results(run_dir / "results.json")
