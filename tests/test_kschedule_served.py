@@ -79,14 +79,12 @@ def test_a_k_schedule_is_measured_as_a_variant_and_written_only_when_better(
 
 
 def _measured_levels(results: RunResults) -> str:
-    """What the k-schedule rule chose from: every variant's paired ratio and failures per level, and the notes."""
-    lines = []
-    for vr in results.variants:
-        for lr in vr.load:
-            ratio = lr.vs_baseline
-            paired = f"{ratio.value:.3f} [{ratio.low:.3f}, {ratio.high:.3f}]" if ratio else "-"
-            lines.append(f"{vr.name} {lr.level}: ratio {paired}, failed {lr.metrics.failed}, {vr.disqualified=}")
-    return "\n".join(lines + [note.text for note in results.notes])
+    """What the k-schedule rule chose from, as the report's load table renders it (every variant's tokens/s and
+    paired ratio per level, its status), and the run's notes."""
+    from runinfra_opt.report.load import columns, table_cells
+
+    rows = [" | ".join(columns(results))] + [" | ".join(cells) for cells in table_cells(results)]
+    return "\n".join(rows + [note.text for note in results.notes])
 
 
 def _tokens_at(vr: VariantResult, level: str) -> float:
