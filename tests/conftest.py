@@ -63,17 +63,33 @@ suite's quiet lock shared, the real servers' module holds it exclusively, so the
 files holding quiet tests run last, after the vLLM module has ended, so that nothing waits in practice."""
 
 
+LONGEST_QUIET = (
+    "test_capacity.py",
+    "test_optimize_vllm_predict.py",
+    "test_capacity_benchmark.py",
+    "test_kschedule_served.py",
+)
+"""The quiet files that take longest, longest first (each 1-4 minutes in a full suite, mostly waiting on the
+stand-in server: docs/measurements.md, Experiments without a script, 2026-12-07 05:32). The quiet files are the
+suite's tail, where the three workers take the next file as they finish one: the long ones handed out first and the
+short ones last end the three workers close together."""
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The real vLLM servers' tests first, then the rest, then the files holding quiet tests, the isolation guard
-    last, whatever the file order or selection (files stay whole: `--dist loadfile` hands out files)."""
+    """The real vLLM servers' tests first, then the rest, then the files holding quiet tests (the longest first),
+    the isolation guard last, whatever the file order or selection (files stay whole: `--dist loadfile` hands out
+    files, in this order under `--no-loadscope-reorder`)."""
     quiet_files = {item.path for item in items if item.get_closest_marker(QUIET) is not None}
 
-    def rank(item: pytest.Item) -> int:
+    def rank(item: pytest.Item) -> tuple[int, int]:
         if item.path.name == FIRST_MODULE:
-            return 0
+            return 0, 0
         if item.path.name == GUARD_MODULE:
-            return 3
-        return 2 if item.path in quiet_files else 1
+            return 3, 0
+        if item.path in quiet_files:
+            name = item.path.name
+            return 2, LONGEST_QUIET.index(name) if name in LONGEST_QUIET else len(LONGEST_QUIET)
+        return 1, 0
 
     items.sort(key=rank)
 
