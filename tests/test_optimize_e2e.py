@@ -35,7 +35,7 @@ def test_optimize_on_smollm2(runner: CliRunner, tmp_path: Path) -> None:
         "--budget-minutes",
         "60",
         "--max-tokens",
-        "32",
+        "16",
         "--methods",
         "ngram,early_exit",
         "--lookahead",
