@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import string
 from pathlib import Path
+from typing import Any
 
 SPECIAL = ["<pad>", "<s>", "<|im_end|>", "<|im_start|>"]
 CHAT_TEMPLATE = (
@@ -83,3 +84,62 @@ def build_pair(root: Path) -> tuple[Path, Path]:
     draft.config.layer_types = draft.config.layer_types[:2] if getattr(draft.config, "layer_types", None) else None
     draft.save_pretrained(draft_dir)
     return target_dir, draft_dir
+
+
+def build_gguf(out: Path, source: Path, *, vocab: int = 1024) -> Path:
+    """A tiny GGUF file at `out`: the metadata of the GGUF at `source` (its tokenizer, chat template and
+    architecture), the vocabulary cut to `vocab` tokens, and a one-layer, 64-wide model of float32 random weights:
+    converting it does everything a GGUF conversion does (tokenizer, tensors, the saved directory) in seconds."""
+    import gguf
+    import numpy as np
+
+    reader = gguf.GGUFReader(source)
+    arch = str(reader.fields["general.architecture"].contents())
+    # The first `vocab` tokens and the merges among them (a BPE merge's parts and result all kept): reading and
+    # converting the whole 49,152-token vocabulary takes most of a conversion's time.
+    tokens = reader.fields["tokenizer.ggml.tokens"].contents()[:vocab]
+    kept = set(tokens)
+    merges = [
+        m for m in reader.fields["tokenizer.ggml.merges"].contents() if {*m.split(" "), m.replace(" ", "")} <= kept
+    ]
+    hidden, ff, heads, kv = 64, 128, 4, 2
+    head_dim = hidden // heads
+    replaced = {
+        "block_count": 1, "embedding_length": hidden, "feed_forward_length": ff, "attention.head_count": heads,
+        "attention.head_count_kv": kv, "rope.dimension_count": head_dim, "vocab_size": vocab,
+        "tokenizer.ggml.tokens": tokens, "tokenizer.ggml.merges": merges,
+        "tokenizer.ggml.token_type": reader.fields["tokenizer.ggml.token_type"].contents()[:vocab],
+        "general.file_type": int(gguf.LlamaFileType.ALL_F32),
+    }  # fmt: skip
+    writer = gguf.GGUFWriter(out, arch)
+    for name, field in reader.fields.items():
+        if name.startswith("GGUF.") or name == "general.architecture":
+            continue
+        key = name.removeprefix(f"{arch}.")
+        value = replaced[key] if key in replaced else field.contents()
+        kind = field.types[0]
+        if kind == gguf.GGUFValueType.ARRAY:
+            writer.add_key_value(name, value, kind, sub_type=field.types[-1])
+        else:
+            writer.add_key_value(name, value, kind)
+    rng = np.random.default_rng(0)
+
+    def weight(*shape: int) -> Any:
+        return (rng.standard_normal(shape) * 0.02).astype(np.float32)
+
+    writer.add_tensor("token_embd.weight", weight(vocab, hidden))
+    writer.add_tensor("output_norm.weight", np.ones(hidden, dtype=np.float32))
+    layer = {
+        "attn_norm": np.ones(hidden, dtype=np.float32), "ffn_norm": np.ones(hidden, dtype=np.float32),
+        "attn_q": weight(hidden, hidden), "attn_k": weight(kv * head_dim, hidden),
+        "attn_v": weight(kv * head_dim, hidden),
+        "attn_output": weight(hidden, hidden), "ffn_gate": weight(ff, hidden), "ffn_up": weight(ff, hidden),
+        "ffn_down": weight(hidden, ff),
+    }  # fmt: skip
+    for part, tensor in layer.items():
+        writer.add_tensor(f"blk.0.{part}.weight", tensor)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return out
