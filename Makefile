@@ -61,11 +61,13 @@ browser:
 # Inference (method suffix; a source distribution, about 1.5-3 minutes on 2 cores, once: the wheel is cached) into
 # that environment and into .venv, where the suffix tests and simulation import it.
 # The tests never read the user's cache themselves (tests/conftest.py isolates them): they are handed the
-# environment's python instead.
-VLLM_PYTHON = $(shell $(BIN)/runinfra-opt engine install vllm --json 2>/dev/null | $(BIN)/python -c \
-	'import json, sys; print(json.load(sys.stdin)["python"])')
+# environment's python instead, read from what the one install-and-verify call printed (its progress goes to
+# stderr): one verification per run, as each imports vLLM in that environment.
+VLLM_ENV_JSON := $(VENV)/vllm-env.json
+VLLM_PYTHON = $(shell $(BIN)/python -c 'import json, sys; print(json.load(open(sys.argv[1]))["python"])' $(VLLM_ENV_JSON))
 vllm-env: install
-	$(BIN)/runinfra-opt engine install vllm
+	$(BIN)/runinfra-opt engine install vllm --json > $(VLLM_ENV_JSON).tmp
+	mv $(VLLM_ENV_JSON).tmp $(VLLM_ENV_JSON)
 
 # Three workers on 2 cores: many tests wait on a server, a subprocess or a stand-in's sleeps rather than compute, and a
 # third worker fills that time (the full suite on 2026-12-05 here: 1,626 s with -n 2, 1,366 s with -n 3, 729 passed

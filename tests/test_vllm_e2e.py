@@ -27,7 +27,6 @@ import pytest
 from runinfra_opt.engine.vllm import metrics
 from runinfra_opt.engine.vllm.args import ServerConfig
 from runinfra_opt.engine.vllm.client import CompletionRequest, RequestResult, replay
-from runinfra_opt.engine.vllm.environment import verify
 from runinfra_opt.engine.vllm.server import ServerError, VllmServer
 from runinfra_opt.engine.vllm.validate import check_serve_args, check_serve_args_many
 from runinfra_opt.methods.vllm_ngram import propose, simulate
@@ -71,14 +70,16 @@ def _no_bytecode(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
 
 @pytest.fixture(scope="module")
 def vllm_python() -> str:
-    """The vLLM environment's python, handed over by `make test` (tests do not look in the user's cache)."""
+    """The vLLM environment's python, handed over by `make test` (tests do not look in the user's cache). Not
+    probed first (`environment.verify` imports vLLM, and `make test` has just verified it): a broken
+    environment fails the first test that uses it, with its message, and `optimize --engine vllm` below verifies it
+    as every run does."""
     python = os.environ.get("RUNINFRA_OPT_VLLM_PYTHON")
     if not python:
         pytest.fail(
             "no vLLM environment given: run `make test` (it installs one), or set RUNINFRA_OPT_VLLM_PYTHON to "
             "the python of `runinfra-opt engine install vllm --json`"
         )
-    verify(python)
     return python
 
 
