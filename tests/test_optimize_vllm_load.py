@@ -104,9 +104,9 @@ def test_every_variant_is_measured_at_every_level_on_its_server(
     assert results.load.deploy_level == "replay"
     assert results.decision is not None
     # the stand-in keeps up with the recorded arrivals under every variant: throughput there is the offered load,
-    # so capacity would decide (tests/test_capacity.py); but it serves each request on a thread of its own and
-    # keeps up at every rate 6 requests can measure, so capacity decides nothing either, and the most loaded
-    # closed-loop level decides (the replay level's decision quoted beside it)
+    # so capacity would decide (tests/test_capacity_throughput.py); but it serves each request on a thread of its
+    # own and keeps up at every rate 6 requests can measure, so capacity decides nothing either, and the most
+    # loaded closed-loop level decides (the replay level's decision quoted beside it)
     assert results.capacity is not None
     assert results.capacity.winner is None
     # (a rate may miss on a busy machine, where a stalled request grows the queue: each server kept up at some rate)
