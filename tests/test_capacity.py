@@ -26,6 +26,7 @@ from runinfra_opt.load.capacity import (
     pooled,
     queue_grew,
     ramp,
+    rate_text,
     servers_needed,
     share_text,
     unclear,
@@ -33,6 +34,7 @@ from runinfra_opt.load.capacity import (
 )
 from runinfra_opt.load.store import read_run
 from runinfra_opt.manifest import build_manifest, check_manifest_file, write_manifest
+from runinfra_opt.report import capacity as capacity_report
 from runinfra_opt.results import CapacityLevel, CapacityRow, CapacitySummary, RunResults, load_results
 from tests.test_manifest import NGRAM, _results
 from tests.test_optimize_vllm_predict import COST, PROMPTS
@@ -336,6 +338,16 @@ def test_peak_rate_and_servers_needed() -> None:
     assert servers_needed(8.0, 4.0) == 2
     assert servers_needed(0.5, 4.0) == 1
     assert servers_needed(1.0, 0.0) is None
+
+
+def test_rates_read_as_people_write_them() -> None:
+    """Three significant digits, never an exponent: a recorded peak of 13 arrivals a minute is not 0.216667."""
+    rates = (13 / 60, 1.87, 42.54, 99.4, 1000.0, 1249.6)
+    assert [rate_text(rate) for rate in rates] == ["0.217", "1.87", "42.5", "99.4", "1,000", "1,250"]
+    summary = CapacitySummary(
+        criterion="slo", why="--priority capacity", slo_ttft_ms=800, target_rate=13 / 60, target_source="recorded"
+    )
+    assert "; target 0.217 requests/s (recorded)." in capacity_report.intro(summary)
 
 
 def _record(index: int, sent: float, ttft: float, e2e: float = 1.0, tokens: int = 11) -> LoadRecord:

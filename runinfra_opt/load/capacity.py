@@ -167,6 +167,12 @@ def verdict(
     )
 
 
+def rate_text(rate: float) -> str:
+    """A rate in requests/s as people read it: three significant digits and never an exponent (0.217, 1.87, 42.5;
+    1,250 from 100 up)."""
+    return f"{rate:,.0f}" if abs(rate) >= 100 else f"{rate:.3g}"
+
+
 def share_text(share: float, other: float | None = None) -> str:
     """`share` as a percentage with the fewest decimals (up to 2) that tell it apart from `other`: 89.6% missed
     against 90% reads "89.6%", not "90%"."""

@@ -11,6 +11,7 @@ from typing import Any
 from runinfra_opt.engine.vllm.args import config_file_mapping
 from runinfra_opt.errors import InputProblems, UserInputError
 from runinfra_opt.fsutil import atomic_write_text, safe_name
+from runinfra_opt.load.capacity import rate_text
 from runinfra_opt.manifest.schema import read_manifest, validate_manifest
 
 VLLM_CONFIG = "vllm-config"
@@ -142,7 +143,7 @@ def helm_values(manifest: dict[str, Any], source: str) -> tuple[str, dict[str, A
     run_id = (manifest.get("metadata") or {}).get("runId", "?")
     winner = (manifest.get("decision") or {}).get("winner", "?")
     sized = (
-        f"replicaCount {replicas}: {capacity.get('targetRate'):g} requests/s at the SLOs"
+        f"replicaCount {replicas}: {rate_text(float(capacity['targetRate']))} requests/s at the SLOs"
         if capacity.get("servers") and capacity.get("targetRate")
         else "replicaCount 1: the run made no capacity decision with a target rate"
     )

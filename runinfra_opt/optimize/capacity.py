@@ -108,7 +108,10 @@ def _summary(state: RunState, why: str) -> CapacitySummary:
         if len(arrivals) == len(state.requests):
             target = search_rules.peak_rate(arrivals)
             if target is not None:
-                source = f"the recorded peak rate (most arrivals in {search_rules.PEAK_WINDOW_S:g} s, or the mean rate)"
+                source = (
+                    f"the recorded peak rate: the most arrivals in any {search_rules.PEAK_WINDOW_S:g} s, or the mean "
+                    "rate of a shorter recording"
+                )
     results.capacity = CapacitySummary(
         criterion="slo" if _criterion(state) == "slo" else "saturation",
         why=why,

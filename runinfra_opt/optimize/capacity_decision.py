@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 
 from runinfra_opt.load import capacity as search_rules
+from runinfra_opt.load.capacity import rate_text
 from runinfra_opt.methods import BASELINE, Variant
 from runinfra_opt.objective import rank
 from runinfra_opt.optimize.capacity import UNSATURATED
@@ -87,10 +88,10 @@ def _unresolved(results: RunResults, base: CapacityRow, speculative: list[Capaci
         if not row.eligible or row.source != "measured":
             continue
         if _open_ended(results, row.variant):
-            why.append(f"{row.variant} kept up at every rate tried (at least {row.capacity:.3g} requests/s)")
+            why.append(f"{row.variant} kept up at every rate tried (at least {rate_text(row.capacity)} requests/s)")
         elif base_open and (row.high is None or row.high >= base.capacity):
             why.append(
-                f"the baseline kept up at every rate tried (at least {base.capacity:.3g} requests/s), and "
+                f"the baseline kept up at every rate tried (at least {rate_text(base.capacity)} requests/s), and "
                 f"{row.variant}'s capacity ({_rate_text(row)}) is not below that"
             )
     return why
@@ -98,8 +99,8 @@ def _unresolved(results: RunResults, base: CapacityRow, speculative: list[Capaci
 
 def _rate_text(row: CapacityRow) -> str:
     if row.low is not None and row.high is not None and row.high > row.low:
-        return f"{row.capacity:.3g} requests/s [{row.low:.3g}, {row.high:.3g}]"
-    return f"{row.capacity:.3g} requests/s"
+        return f"{rate_text(row.capacity)} requests/s [{rate_text(row.low)}, {rate_text(row.high)}]"
+    return f"{rate_text(row.capacity)} requests/s"
 
 
 def decide(state: RunState, decision: Decision, batch1: Decision | None = None) -> None:
@@ -150,14 +151,14 @@ def decide(state: RunState, decision: Decision, batch1: Decision | None = None) 
             _gate(state, decision)
         return
     target = summary.target_rate
-    servers = (
-        f"; {target:g} requests/s need {winner.servers} server(s)" if target is not None and winner.servers else ""
-    )
+    servers = ""
+    if target is not None and winner.servers:
+        servers = f"; {rate_text(target)} requests/s need {winner.servers} server(s)"
     if winner.variant == BASELINE.name:
         if speculative:
             best = speculative[0]
             why = (
-                f"its capacity does not exceed the baseline's interval (up to {base_high:.3g})"
+                f"its capacity does not exceed the baseline's interval (up to {rate_text(base_high)})"
                 if best not in paying
                 else "it needs more servers"
             )

@@ -11,6 +11,7 @@ from typing import Any
 from rich.console import Console
 from rich.text import Text
 
+from runinfra_opt.load.capacity import rate_text
 from runinfra_opt.report.html_blocks import plot_box, table
 from runinfra_opt.report.markdown import md_escape, md_table
 from runinfra_opt.results import CapacityRow, CapacitySummary, RunResults
@@ -24,8 +25,8 @@ BASELINE_COLOR = "#444444"
 
 def _rate(row: CapacityRow) -> str:
     if row.low is not None and row.high is not None and row.high > row.low:
-        return f"{row.capacity:.3g} [{row.low:.3g}, {row.high:.3g}]"
-    return f"~{row.capacity:.3g}" if row.source == "predicted" else f">= {row.capacity:.3g}"
+        return f"{rate_text(row.capacity)} [{rate_text(row.low)}, {rate_text(row.high)}]"
+    return f"~{rate_text(row.capacity)}" if row.source == "predicted" else f">= {rate_text(row.capacity)}"
 
 
 def _money(value: float | None) -> str:
@@ -55,7 +56,9 @@ def intro(summary: CapacitySummary) -> str:
         held = f"{summary.attainment:.0%} of requests within {' and '.join(s for s in slos if s)}"
     else:
         held = "the server keeping up (no SLO given)"
-    target = f"; target {summary.target_rate:g} requests/s ({summary.target_source})" if summary.target_rate else ""
+    target = ""
+    if summary.target_rate:
+        target = f"; target {rate_text(summary.target_rate)} requests/s ({summary.target_source})"
     return (
         f"The highest offered rate one server sustains with {held}, {summary.arrivals} arrivals, "
         f"{summary.requests_per_level} requests per rate{target}. Why capacity: {summary.why}."
