@@ -35,7 +35,7 @@ install: $(STAMP)
 # `optimize` compares the baseline, n-gram prompt lookup, early exit (at layer DEMO_EXIT_LAYERS) and that draft on the
 # `mixed` sample (DEMO_MAX_REQUESTS of its 32, stratified by category), none of which the draft was trained on,
 # each answer capped at DEMO_MAX_TOKENS new tokens and timed once per candidate (DEMO_REPEATS), so that the first
-# run ends within about ten minutes with three candidates confirmed.
+# run ends within about ten minutes with up to three candidates confirmed (fewer where the budget runs short).
 DRAFTS := .runinfra/drafts
 DEMO_DRAFT := $(DRAFTS)/smollm2-history-l1-h144
 DEMO_MAX_TOKENS ?= 24
