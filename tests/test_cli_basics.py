@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -72,3 +73,21 @@ def test_atomic_writes_keep_the_old_file_on_error_and_use_the_umask(tmp_path: Pa
     umask = os.umask(0)
     os.umask(umask)
     assert target.stat().st_mode & 0o777 == 0o666 & ~umask
+
+
+def test_a_first_gguf_conversion_prints_no_library_bar(tmp_path: Path) -> None:
+    """The real CLI converting a GGUF into an empty cache: transformers' own tqdm bar (frames joined by carriage
+    returns, a long line in a CI log) stays out of stderr, and the command still succeeds."""
+    from runinfra_opt.models import default_gguf_path
+    from tests.tiny_models import build_gguf
+
+    gguf = build_gguf(tmp_path / "tiny.gguf", default_gguf_path())
+    env = {k: v for k, v in os.environ.items() if k != "TQDM_DISABLE"}  # the empty cache is the fixture's
+    args = ["bench", "--method", "baseline", "--target", str(gguf), "--workload", "chat", "--requests", "1"]
+    out = subprocess.run(
+        [sys.executable, "-m", "runinfra_opt", *args, "--max-tokens", "2", "--json"],
+        capture_output=True, text=True, env=env, timeout=300,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    assert "de-quantizing" not in out.stderr
+    assert "\r" not in out.stderr

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import os
 import sys
 from collections.abc import Callable
 from functools import wraps
@@ -111,6 +112,10 @@ def _root(
 def main() -> None:
     """Console-script entry point. A cancelled command (exit 130 or 143) leaves without the interpreter's
     teardown (see `_leave_now`)."""
+    # transformers converts a GGUF file under a plain tqdm bar that `quiet_transformers` cannot reach: on a log (CI)
+    # it is a line of carriage-return frames between ours. tqdm reads its settings from the environment when it is
+    # first imported, which is later than here (commands import their libraries lazily); a user's value stands.
+    os.environ.setdefault("TQDM_DISABLE", "1")
     try:
         app(prog_name="runinfra-opt")
     except SystemExit as exc:
