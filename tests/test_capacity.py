@@ -181,9 +181,13 @@ def test_capacity_decides_by_servers_needed(
     assert warmup is not None
     warm = read_run(tmp_path / "run" / warmup).records  # kept, judged by nothing
     assert sorted(r.request_id for r in warm) == sorted([f"r{i}" for i in range(12)] + ["r0+1", "r1+1"])
-    sent = sorted(r.sent_s for r in warm)
-    gaps = [b - a for a, b in zip(sent, sent[1:], strict=False)]
-    assert gaps[0] > 3 * gaps[-1]  # its rate rose through the run (the planned sends: the ramp's)
+    # its rate rose through the run: the planned sends are the ramp's, whatever the batch-1 length that scaled them
+    # (when each was actually sent moves with the load on a 2-core machine: the runner's send lag is tested apart)
+    planned = sorted(r.planned_s - min(r.planned_s for r in warm) for r in warm)
+    shape = ramp(14, 1.0)
+    assert [at / planned[-1] for at in planned] == pytest.approx([at / shape[-1] for at in shape], abs=1e-3)
+    gaps = [b - a for a, b in zip(planned, planned[1:], strict=False)]
+    assert gaps[0] > 4 * gaps[-1]  # from one request in flight to the ceiling
     fitted = results.cost_model["capacity_corrections"]
     assert fitted["fitted_to"].startswith(f"the baseline's warm-up for its capacity search ({warmup})")
     batches = [b for b, _ in fitted["by_batch"]]
