@@ -52,7 +52,7 @@ def test_file_keys_with_dashes_or_underscores_and_the_command_line_wins(runner: 
     path = _write(
         tmp_path,
         "max_tokens: 24\nbudget-minutes: 3\nlookahead: [2, 4]\nmethods: ngram\npair_baseline: false\n"
-        "require-speedup: yes\nrun-dir: somewhere\n",
+        "require-speedup: yes\nrun-dir: somewhere\nengine: vllm\n",
     )
     data = _printed(runner, "--config", str(path), "--max-tokens", "9", "--lookahead", "8")
     assert data["max-tokens"] == 9  # typed on the command line: over the file
@@ -91,6 +91,10 @@ def test_the_example_prints(runner: CliRunner) -> None:
         ("max-tokens: 3\nmax_tokens: 4\n", "settings.yaml:2: key 'max_tokens': max-tokens is given twice"),
         ("- a\n- b\n", "settings.yaml: expected a mapping of option names to values"),
         ("a: [\n", "settings.yaml:2: not valid YAML"),
+        # a value the option takes but the run refuses: checked before anything prints, blamed on the file's line
+        ("budget-minutes: 5\nmax_tokens: -3\n", "settings.yaml:2: key 'max_tokens': --max-tokens -3: must be >= 1"),
+        ("lookahead: [2, 0]\n", "settings.yaml:1: key 'lookahead': --lookahead 0: must be >= 1"),
+        ("executor: local\nray-address: auto\n", "settings.yaml:2: key 'ray-address': --ray-address needs --executor"),
     ],
 )
 def test_a_bad_file_exits_2_with_one_line(runner: CliRunner, tmp_path: Path, text: str, message: str) -> None:
@@ -99,6 +103,13 @@ def test_a_bad_file_exits_2_with_one_line(runner: CliRunner, tmp_path: Path, tex
     assert message in result.output
     assert len(result.output.strip().splitlines()) == 1, result.output
     assert "Traceback" not in result.output
+
+
+def test_a_bad_value_typed_on_the_command_line_is_not_blamed_on_the_file(runner: CliRunner, tmp_path: Path) -> None:
+    path = _write(tmp_path, "max-tokens: 24\nconfirm: 2\n")
+    result = runner.invoke(app, ["optimize", "--config", str(path), "--max-tokens", "0", "--print-config"])
+    assert result.exit_code == 2, result.output
+    assert result.output.strip() == "error: --max-tokens 0: must be >= 1"
 
 
 def test_a_missing_file_exits_2(runner: CliRunner, tmp_path: Path) -> None:

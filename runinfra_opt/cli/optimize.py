@@ -33,7 +33,7 @@ from runinfra_opt.cli.options import (
     VllmPython,
     VllmServeArgs,
 )
-from runinfra_opt.cli.settings import effective_settings, settings_yaml
+from runinfra_opt.cli.settings import effective_settings, naming_the_file, settings_yaml
 from runinfra_opt.drafts import DEFAULT_DRAFTS_DIR
 from runinfra_opt.engine.registry import DEFAULT_ENGINE
 from runinfra_opt.errors import GateFailedError
@@ -278,7 +278,10 @@ def optimize(
         rich_help_panel=BUDGET,
     ),
     print_config: bool = typer.Option(
-        False, "--print-config", help="Print the effective settings as --config YAML and exit.", rich_help_panel=BUDGET
+        False,
+        "--print-config",
+        help="Check the effective settings, print them as --config YAML and exit.",
+        rich_help_panel=BUDGET,
     ),
     executor: str = typer.Option(
         "local",
@@ -314,17 +317,18 @@ def optimize(
 
     from runinfra_opt.optimize.pipeline import run_optimize
 
-    values = effective_settings(ctx, config_file)
+    values, origins = effective_settings(ctx, config_file)
     settings = settings_yaml(ctx.command, values)
-    if print_config:
-        typer.echo(settings, nl=False)
-        return
-    config = OptimizeConfig.from_options(values, on_note=lambda text: err_console.print(text, markup=False))
-    resume_from, chosen_dir, root = values["resume"], values["run_dir"], Path(config.runs_root)
-    if chosen_dir is not None and not resume_from and not moves_latest(root, Path(chosen_dir)):
-        err_console.print(latest_left_note(root, Path(chosen_dir)), markup=False)
-    with progress_bar(transient=False) as bar:
-        results = run_optimize(config, resume=resume_from, reporter=_BarReporter(bar), settings=settings)
+    with naming_the_file(ctx.command, origins):
+        config = OptimizeConfig.from_options(values, on_note=lambda text: err_console.print(text, markup=False))
+        if print_config:  # checked as a run would check them, then printed
+            typer.echo(settings, nl=False)
+            return
+        resume_from, chosen_dir, root = values["resume"], values["run_dir"], Path(config.runs_root)
+        if chosen_dir is not None and not resume_from and not moves_latest(root, Path(chosen_dir)):
+            err_console.print(latest_left_note(root, Path(chosen_dir)), markup=False)
+        with progress_bar(transient=False) as bar:
+            results = run_optimize(config, resume=resume_from, reporter=_BarReporter(bar), settings=settings)
     _render(results, as_json=bool(values["as_json"]))
     if results.decision is not None and results.decision.exit_code == int(ExitCode.GATE_FAILED):
         raise GateFailedError(f"--require-speedup: the baseline wins ({results.decision.reason})")

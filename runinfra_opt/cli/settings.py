@@ -4,13 +4,14 @@ A key is an option's long name without its dashes, with `-` or `_` (`max-tokens:
 repeatable option takes a list, a flag a boolean. Values go through the option's own conversion (typer's, as
 for the command line), so the file and the command line accept the same things. Options typed on the command
 line override the file (`ctx.get_parameter_source`). Errors name the key, the file and its line, and exit 2
-like any bad input.
+like any bad input, and so does a value the file gives that the command then refuses (`naming_the_file`).
 """
 
 from __future__ import annotations
 
 import difflib
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -55,8 +56,9 @@ def _lines(text: str) -> dict[str, int]:
     return {str(key.value): key.start_mark.line + 1 for key, _ in node.value}
 
 
-def read_settings(path: Path, ctx: typer.Context) -> dict[str, Any]:
-    """The settings in `path`, by parameter name, each converted as the option converts its command-line value."""
+def read_settings(path: Path, ctx: typer.Context) -> dict[str, tuple[Any, str]]:
+    """The settings in `path`, by parameter name: each value converted as the option converts its command-line
+    value, and where the file gives it (`FILE:LINE: key 'KEY'`)."""
     try:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
@@ -75,7 +77,7 @@ def read_settings(path: Path, ctx: typer.Context) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise UserInputError(f"{path}: expected a mapping of option names to values (e.g. `max-tokens: 24`)")
     keys = _keys(ctx.command)
-    out: dict[str, Any] = {}
+    out: dict[str, tuple[Any, str]] = {}
     for key, value in data.items():
         where = f"{path}:{lines[str(key)]}" if str(key) in lines else str(path)
         param = keys.get(str(key))
@@ -85,7 +87,8 @@ def read_settings(path: Path, ctx: typer.Context) -> dict[str, Any]:
             raise UserInputError(f"{where}: unknown key {key!r}{hint}; the keys are the options of --help")
         if param.name in out:
             raise UserInputError(f"{where}: key {key!r}: {key_of(param)} is given twice")
-        out[param.name] = _convert(param, value, ctx, f"{where}: key {key!r}")
+        at = f"{where}: key {key!r}"
+        out[param.name] = (_convert(param, value, ctx, at), at)
     return out
 
 
@@ -104,17 +107,36 @@ def _convert(param: Parameter, value: Any, ctx: typer.Context, where: str) -> An
         raise UserInputError(f"{where}: {exc.format_message()}") from None
 
 
-def effective_settings(ctx: typer.Context, config_file: Path | None) -> dict[str, Any]:
-    """The command's option values (`ctx.params`) with the file's settings under them: an option typed on the
-    command line wins over the file, the file over the option's default."""
+def effective_settings(ctx: typer.Context, config_file: Path | None) -> tuple[dict[str, Any], dict[str, str]]:
+    """(the command's option values (`ctx.params`) with the file's settings under them: an option typed on the
+    command line wins over the file, the file over the option's default; where the file gives each value it
+    supplied, by parameter name, for `naming_the_file`)."""
     values = {name: value for name, value in ctx.params.items() if name not in FILE_OPTIONS}
     if config_file is None:
-        return values
-    for name, value in read_settings(config_file, ctx).items():
+        return values, {}
+    origins: dict[str, str] = {}
+    for name, (value, where) in read_settings(config_file, ctx).items():
         source = ctx.get_parameter_source(name)
         if source is None or source.name not in TYPED:
-            values[name] = value
-    return values
+            values[name], origins[name] = value, where
+    return values, origins
+
+
+@contextmanager
+def naming_the_file(command: Command, origins: Mapping[str, str]) -> Iterator[None]:
+    """Bad input that names an option (`--max-tokens -3: must be >= 1`) whose value the settings file gave is
+    reported at the file's line: `settings.yaml:2: key 'max_tokens': --max-tokens -3: must be >= 1`."""
+    try:
+        yield
+    except UserInputError as exc:
+        message = str(exc)
+        for param in _settings_params(command):
+            if param.name in origins and any(
+                message.startswith((f"{opt} ", f"{opt}:")) for opt in param.opts if opt.startswith("--")
+            ):
+                exc.args = (f"{origins[param.name]}: {message}",)
+                break
+        raise
 
 
 def _plain(value: Any) -> Any:
