@@ -93,6 +93,15 @@ def test_every_format_is_detected_and_gives_the_same_fingerprint(
     assert result.exit_code == 0, result.output
 
 
+def test_one_request_reads_as_one(runner: CliRunner, tmp_path: Path) -> None:
+    path = tmp_path / "one.jsonl"
+    path.write_text('{"id": "a", "prompt": "hi"}\n', encoding="utf-8")
+    result = workload_cli(runner, "validate", str(path))
+    assert result.exit_code == 0, result.output
+    assert result.stdout.startswith("ok: 1 request, fingerprint sha256:")
+    assert result.stdout.rstrip().endswith("(jsonl, 1 category)")
+
+
 @pytest.mark.parametrize("messages_as_json", [True, False])
 def test_parquet_written_by_pandas(
     runner: CliRunner, tmp_path: Path, native_fingerprint: str, messages_as_json: bool

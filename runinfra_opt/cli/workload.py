@@ -142,8 +142,9 @@ def validate_command(
 ) -> None:
     """Check a workload; exit 0 with a summary, or 2 listing every problem (file:line: field: problem)."""
     summary = validate_workload(path, format=format, default_max_tokens=max_tokens)
+    requests = f"{summary.requests} request{'' if summary.requests == 1 else 's'}"
     typer.echo(
-        f"ok: {summary.requests} requests, fingerprint {short_fingerprint(summary.fingerprint)} "
+        f"ok: {requests}, fingerprint {short_fingerprint(summary.fingerprint)} "
         f"({summary.format}, {len(summary.categories)} categor{'y' if len(summary.categories) == 1 else 'ies'})"
     )
 
