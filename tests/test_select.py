@@ -33,8 +33,10 @@ def _records(
     seed: int = 1,
     categories: dict[str, float] | None = None,
     lossless: bool | None = True,
+    target_passes: int = 30,
 ) -> list[RequestRecord]:
-    """Requests x repeats: 40 output tokens at 20 tokens/s x `speed` (x per-category factor), with noise."""
+    """Requests x repeats: 40 output tokens at 20 tokens/s x `speed` (x per-category factor), with noise, in
+    `target_passes` passes of the target (fewer than the tokens: drafts were accepted)."""
     rng = random.Random(seed)
     out = []
     for i in range(REQUESTS):
@@ -52,7 +54,7 @@ def _records(
                     output_tokens=40,
                     ttft_s=ttft,
                     e2e_s=e2e,
-                    target_passes=40,
+                    target_passes=target_passes,
                     lossless=None if lossless is None or i else lossless,
                     first_mismatch=None if lossless is not False or i else 7,
                 )
@@ -65,7 +67,7 @@ def _variant(variant: Variant, records: list[RequestRecord]) -> VariantResult:
 
 
 def _results(*variants: VariantResult, base_ttft_ms: float = 100, base_noise: float = 0.01) -> RunResults:
-    base = _variant(BASELINE, _records(1.0, base_ttft_ms, noise=base_noise, seed=0, lossless=None))
+    base = _variant(BASELINE, _records(1.0, base_ttft_ms, noise=base_noise, seed=0, lossless=None, target_passes=40))
     return RunResults(
         run_id="t",
         created_at="2026-01-01T00:00:00Z",
@@ -109,6 +111,29 @@ def test_gain_under_min_speedup_is_ruled_out_and_baseline_wins() -> None:
     assert ngram.ruled_out[0].startswith("speedup 1.0")
     assert ngram.ruled_out[0].endswith("< --min-speedup 1.05")
     assert "speculation does not pay" in decision.reason
+
+
+@pytest.mark.parametrize("priority", ["throughput", "ttft"])
+def test_a_variant_that_saved_no_target_pass_never_wins_on_a_measured_gain(priority: str) -> None:
+    # 1.3x measured, the interval clear of 1.0, yet every pass produced one token: the machine drifted between
+    # the passes (or, at one output token, the prefill's time moved); a speculative variant cannot be faster so
+    ghost = _variant(NGRAM4, _records(1.3, 80, seed=2, target_passes=40))
+    real = _variant(NGRAM2, _records(1.2, 100, seed=3))
+    results = _results(ghost, real)
+    decision = decide(results, Objective(priority=priority))
+    assert ghost.ruled_out == ["saved no target pass (none produced more than one token): a measured gain is noise"]
+    assert decision.winner == NGRAM2.name
+    assert real.ruled_out == []
+    alone = _results(_variant(NGRAM4, _records(1.3, 80, seed=2, target_passes=40)))
+    decision = decide(alone, Objective(priority=priority))
+    assert decision.winner == "baseline"
+    assert decision.reason.startswith("speculation does not pay on this traffic: ")
+    if priority == "throughput":  # not "within noise" or "under --min-speedup"
+        assert "ruled out: saved no target pass" in decision.reason
+    # one pass that produced two tokens is a pass saved: the gain is judged as usual
+    saved = _records(1.3, 100, seed=2, target_passes=40)
+    saved[5].target_passes = 39
+    assert decide(_results(_variant(NGRAM4, saved)), Objective(priority="throughput")).winner == NGRAM4.name
 
 
 def test_require_speedup_sets_the_gate_exit_code_when_baseline_wins() -> None:

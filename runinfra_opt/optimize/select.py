@@ -7,6 +7,8 @@ Pure functions over `RunResults` and the run's `Objective`. Rules:
 - Constraints `--max-ttft-ms`, `--max-ttft-regression`, and (for throughput) `--min-speedup` rule a variant
   out; each violation is written to the variant's `ruled_out` in words.
 - A variant whose greedy output differs from the baseline's on any request is disqualified and listed.
+- A speculative variant none of whose target passes produced more than one token (`saved_a_pass`) is ruled out:
+  it cannot be faster than the baseline, whatever the noise says.
 - Only measured figures decide. A speculative winner must beat the baseline beyond noise: the bootstrap 95%
   interval of its gain excludes 1.0 and the gain (median over repeats) is >= `--min-speedup`; otherwise the
   baseline wins and the reason says "speculation does not pay on this traffic: ...".
@@ -44,6 +46,17 @@ class _Candidate:
     @property
     def name(self) -> str:
         return self.result.name
+
+
+NO_PASS_SAVED = "saved no target pass (none produced more than one token): a measured gain is noise"
+
+
+def saved_a_pass(records: Sequence[RequestRecord]) -> bool:
+    """Whether any target pass of `records` produced more than one token (an accepted draft token): a speculative
+    variant that never did does all the baseline's target passes and its drafting besides, so it cannot be
+    faster, and a gain measured for it (a machine's drift between the variant's passes and the baseline's) must
+    not make it win. Judged on passes and tokens, which every engine reports, not on acceptance counters."""
+    return any(r.target_passes < r.output_tokens for r in records)
 
 
 def _variant_of(result: VariantResult) -> Variant:
@@ -138,6 +151,8 @@ def decide(results: RunResults, objective: Objective | None = None, *, seed: int
                 gain=cand.gain.value if cand.gain else None,
                 speculative=variant.is_speculative,
             )
+            if variant.is_speculative and not saved_a_pass(result.measured_requests):
+                result.ruled_out.append(NO_PASS_SAVED)
             if schedule is not None and result.name == schedule.variant and not schedule.written:
                 # measured like any variant, but it may win only where it beat every fixed k of its family
                 result.ruled_out.append(f"k schedule {schedule.reason or 'not written'}")
@@ -195,7 +210,10 @@ def _no_pay_reason(best: _Candidate | None, candidates: Sequence[_Candidate], ob
             "ruled out by a constraint."
         )
     gain = best.gain
-    if gain is None or gain.low <= 1.0:
+    other = [reason for reason in best.result.ruled_out if "--min-speedup" not in reason]  # that one: below
+    if other:
+        why = f"ruled out: {'; '.join(other)}"
+    elif gain is None or gain.low <= 1.0:
         why = "its interval includes 1.0 (within noise)"
     else:
         why = f"under --min-speedup {objective.min_speedup:g}"
