@@ -6,6 +6,7 @@ statistics read it. Raw values; summaries derive from them. Imports nothing heav
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -127,6 +128,14 @@ def compare_to_baseline(
         margin = margins[first]
         record.near_tie = margin is not None and margin <= tie_tolerance
     return record
+
+
+def saved_a_pass(records: Sequence[RequestRecord]) -> bool:
+    """Whether any target pass of `records` produced more than one token (an accepted draft token). A speculative
+    variant that never did does all the baseline's target passes and its drafting besides, so it cannot be
+    faster, and a gain measured for it (a machine's drift between its passes and the baseline's) must not make it
+    win. Judged on passes and tokens, which every engine reports, not on acceptance counters."""
+    return any(r.target_passes < r.output_tokens for r in records)
 
 
 def disqualifying(record: RequestRecord) -> bool:

@@ -564,6 +564,43 @@ def test_a_capacity_seen_only_as_a_lower_bound_ranks_nothing() -> None:
     assert _unresolved(results, base, [spec]) == []
 
 
+def test_a_variant_that_saved_no_target_pass_is_not_searched_and_wins_no_capacity() -> None:
+    """Nothing it drafted at batch 1 was accepted: minutes of offered rates could only measure noise."""
+    from types import SimpleNamespace
+
+    from runinfra_opt.methods import Variant
+    from runinfra_opt.optimize import capacity as capacity_phase
+    from runinfra_opt.optimize.capacity_decision import _rows
+    from runinfra_opt.records import RequestRecord
+    from runinfra_opt.results import Interval, VariantCapacity, VariantResult
+
+    def result(variant: Variant, passes: int) -> VariantResult:
+        records = [
+            RequestRecord(request_id=f"r{i}", category="c", prompt_tokens=5, output_tokens=8, ttft_s=0.1, e2e_s=0.5,
+                          target_passes=passes, lossless=True)
+            for i in range(3)
+        ]  # fmt: skip
+        return VariantResult(name=variant.name, variant=variant.to_dict(), measured_requests=records, confirmed=True)
+
+    ngram = Variant("vllm_ngram", lookahead=2, ngram_max=3)
+    summary = CapacitySummary(criterion="slo", why="--priority capacity")
+    vr = result(ngram, 8)  # 8 tokens in 8 passes
+    state: Any = SimpleNamespace(results=SimpleNamespace(capacity=summary), variant_result=lambda _: vr,
+                                 save=lambda: None)  # fmt: skip
+    capacity_phase.search(state, ngram)  # returns before it needs a server, a budget or a workload
+    assert vr.capacity is not None
+    assert vr.capacity.note == "not searched: no target pass at batch 1 produced more than one token (it cannot win)"
+    assert vr.capacity.levels == []
+    # a capacity measured for it anyway (a run from before the rule) is shown, never eligible
+    base, ghost = result(Variant("baseline"), 8), result(ngram, 8)
+    for vr, rate in ((base, 1.0), (ghost, 1.5)):
+        vr.capacity = VariantCapacity(measured=Interval(value=rate, low=rate, high=rate * 1.1))
+    results = RunResults(run_id="t", created_at="2026-01-01T00:00:00Z", variants=[base, ghost])
+    rows = {row.variant: row for row in _rows(results, summary)}
+    assert rows["baseline"].eligible
+    assert (rows[ghost.name].eligible, rows[ghost.name].why_not) == (False, "saved no target pass at batch 1")
+
+
 def test_an_undecided_capacity_falls_back_to_the_most_loaded_level_else_batch_1() -> None:
     """At a recorded load that does not saturate the server, where capacity decides nothing either: throughput at
     the most loaded closed-loop level (by its concurrency, not its place in the list), else at batch 1; never the

@@ -408,6 +408,21 @@ def test_batch1_and_a_load_level_rank_the_same_figures_the_same(
     assert orders[0] == orders[-1] == expected
 
 
+def test_a_variant_that_saved_no_pass_at_batch1_wins_no_load_level_either() -> None:
+    from runinfra_opt.optimize.underload import eligible, level_decision
+
+    results = _both({NGRAM2: (1.2, 100), SMALL: (1.4, 100)})
+    ghost = _at_level_too(_variant(NGRAM4, _records(1.6, 100, noise=0, target_passes=40)), 1.6, 100)
+    results.variants.append(ghost)
+    objective = Objective(priority="throughput")
+    assert decide(results, objective).winner == SMALL.name
+    level = level_decision(results, LEVEL, objective)
+    assert level is not None
+    assert level.winner == SMALL.name  # 1.6x at the level, but nothing it drafted was ever accepted at batch 1
+    assert not eligible(results, ghost)
+    assert eligible(results, results.variant(SMALL.name))  # type: ignore[arg-type]
+
+
 def test_batch1_and_a_load_level_agree_on_ttft() -> None:
     results = _both({NGRAM4: (1.3, 60), SMALL: (1.5, 90), EXIT: (1.1, 120)})
     from runinfra_opt.optimize.underload import level_decision

@@ -26,7 +26,7 @@ def _mean_output_tokens(vr: VariantResult) -> float | None:
 
 
 def _rows(results: RunResults, summary: CapacitySummary) -> list[CapacityRow]:
-    from runinfra_opt.optimize.underload import eligible
+    from runinfra_opt.optimize.underload import eligible, saved_nothing
 
     rows = []
     target, price = summary.target_rate, summary.server_cost_per_hour
@@ -53,6 +53,8 @@ def _rows(results: RunResults, summary: CapacitySummary) -> list[CapacityRow]:
             why_not = vr.disqualified or vr.failed
         elif source == "predicted":
             why_not = "predicted only"
+        elif saved_nothing(vr):
+            why_not = "saved no target pass at batch 1"
         elif not eligible(results, vr):
             why_not = "not measured at batch 1"
         elif vc.status == "below":

@@ -7,8 +7,8 @@ Pure functions over `RunResults` and the run's `Objective`. Rules:
 - Constraints `--max-ttft-ms`, `--max-ttft-regression`, and (for throughput) `--min-speedup` rule a variant
   out; each violation is written to the variant's `ruled_out` in words.
 - A variant whose greedy output differs from the baseline's on any request is disqualified and listed.
-- A speculative variant none of whose target passes produced more than one token (`saved_a_pass`) is ruled out:
-  it cannot be faster than the baseline, whatever the noise says.
+- A speculative variant none of whose target passes produced more than one token (`records.saved_a_pass`) is
+  ruled out: it cannot be faster than the baseline, whatever the noise says.
 - Only measured figures decide. A speculative winner must beat the baseline beyond noise: the bootstrap 95%
   interval of its gain excludes 1.0 and the gain (median over repeats) is >= `--min-speedup`; otherwise the
   baseline wins and the reason says "speculation does not pay on this traffic: ...".
@@ -28,7 +28,7 @@ from runinfra_opt.errors import NoFeasibleVariantError, UserInputError
 from runinfra_opt.exitcodes import ExitCode
 from runinfra_opt.methods import Variant, get_method
 from runinfra_opt.objective import TIE, Objective, rank, throughput_of
-from runinfra_opt.records import RequestRecord, disqualifying
+from runinfra_opt.records import RequestRecord, disqualifying, saved_a_pass
 from runinfra_opt.results import CategoryDecision, Decision, Interval, RunResults, VariantResult
 
 
@@ -49,14 +49,6 @@ class _Candidate:
 
 
 NO_PASS_SAVED = "saved no target pass (none produced more than one token): a measured gain is noise"
-
-
-def saved_a_pass(records: Sequence[RequestRecord]) -> bool:
-    """Whether any target pass of `records` produced more than one token (an accepted draft token): a speculative
-    variant that never did does all the baseline's target passes and its drafting besides, so it cannot be
-    faster, and a gain measured for it (a machine's drift between the variant's passes and the baseline's) must
-    not make it win. Judged on passes and tokens, which every engine reports, not on acceptance counters."""
-    return any(r.target_passes < r.output_tokens for r in records)
 
 
 def _variant_of(result: VariantResult) -> Variant:

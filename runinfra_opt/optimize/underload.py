@@ -47,6 +47,7 @@ from runinfra_opt.objective import TIE, Objective
 from runinfra_opt.optimize import passes
 from runinfra_opt.optimize.select import simplicity_key
 from runinfra_opt.optimize.state import RunState
+from runinfra_opt.records import saved_a_pass
 from runinfra_opt.results import (
     Crossover,
     Decision,
@@ -185,9 +186,18 @@ def _ttft(lr: LevelResult, percentile: str) -> float | None:
     return lr.metrics.ttft_s.get(percentile)
 
 
+def saved_nothing(vr: VariantResult) -> bool:
+    """Speculative, measured at batch 1, and no target pass there produced more than one token (it cannot win)."""
+    speculative = Variant.from_dict(vr.variant).is_speculative
+    return speculative and bool(vr.measured_requests) and not saved_a_pass(vr.measured_requests)
+
+
 def eligible(results: RunResults, vr: VariantResult) -> bool:
-    """Lossless at batch 1 and measured there (not failed); a k schedule only once verified and written."""
+    """Lossless at batch 1 and measured there (not failed); speculative, only if a target pass there produced
+    more than one token (`saved_nothing`); a k schedule only once verified and written."""
     if vr.failed or vr.disqualified or not vr.confirmed:
+        return False
+    if saved_nothing(vr):
         return False
     schedule = results.load.schedule if results.load else None
     return not (schedule is not None and vr.name == schedule.variant and not schedule.written)
