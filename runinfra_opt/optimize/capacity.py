@@ -30,8 +30,9 @@ from runinfra_opt.load import Rate, Replay
 from runinfra_opt.load import capacity as search_rules
 from runinfra_opt.load.cycle import cycle
 from runinfra_opt.methods import BASELINE, Variant
+from runinfra_opt.optimize.select import saved_nothing
 from runinfra_opt.optimize.state import RunState
-from runinfra_opt.records import disqualifying, saved_a_pass
+from runinfra_opt.records import disqualifying
 from runinfra_opt.results import CapacityLevel, CapacitySummary, VariantCapacity
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -306,7 +307,7 @@ def search(state: RunState, variant: Variant, repredict: Callable[[], None] | No
         vc.note = "not searched: its greedy output differs from the baseline's (it cannot win)"
         state.save()
         return
-    if variant.is_speculative and vr.measured_requests and not saved_a_pass(vr.measured_requests):
+    if saved_nothing(vr):
         vc.note = "not searched: no target pass at batch 1 produced more than one token (it cannot win)"
         state.save()
         return

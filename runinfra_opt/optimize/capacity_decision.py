@@ -15,7 +15,7 @@ from runinfra_opt.load.capacity import rate_text
 from runinfra_opt.methods import BASELINE, Variant
 from runinfra_opt.objective import rank
 from runinfra_opt.optimize.capacity import UNSATURATED
-from runinfra_opt.optimize.select import simplicity_key
+from runinfra_opt.optimize.select import saved_nothing, simplicity_key
 from runinfra_opt.optimize.state import RunState
 from runinfra_opt.results import CapacityRow, CapacitySummary, Decision, Interval, RunResults, VariantResult
 
@@ -26,7 +26,7 @@ def _mean_output_tokens(vr: VariantResult) -> float | None:
 
 
 def _rows(results: RunResults, summary: CapacitySummary) -> list[CapacityRow]:
-    from runinfra_opt.optimize.underload import eligible, saved_nothing
+    from runinfra_opt.optimize.underload import eligible
 
     rows = []
     target, price = summary.target_rate, summary.server_cost_per_hour

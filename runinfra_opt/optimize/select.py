@@ -7,7 +7,7 @@ Pure functions over `RunResults` and the run's `Objective`. Rules:
 - Constraints `--max-ttft-ms`, `--max-ttft-regression`, and (for throughput) `--min-speedup` rule a variant
   out; each violation is written to the variant's `ruled_out` in words.
 - A variant whose greedy output differs from the baseline's on any request is disqualified and listed.
-- A speculative variant none of whose target passes produced more than one token (`records.saved_a_pass`) is
+- A speculative variant none of whose target passes produced more than one token (`saved_nothing`) is
   ruled out: it cannot be faster than the baseline, whatever the noise says.
 - Only measured figures decide. A speculative winner must beat the baseline beyond noise: the bootstrap 95%
   interval of its gain excludes 1.0 and the gain (median over repeats) is >= `--min-speedup`; otherwise the
@@ -53,6 +53,13 @@ NO_PASS_SAVED = "saved no target pass (none produced more than one token): a mea
 
 def _variant_of(result: VariantResult) -> Variant:
     return Variant.from_dict(result.variant)
+
+
+def saved_nothing(result: VariantResult) -> bool:
+    """Speculative, measured at batch 1, and no target pass there produced more than one token
+    (`records.saved_a_pass`): it cannot win, at batch 1, at a load level or on capacity."""
+    measured = result.measured_requests
+    return _variant_of(result).is_speculative and bool(measured) and not saved_a_pass(measured)
 
 
 def _draft_size(results: RunResults, spec: str | None) -> int:
@@ -143,7 +150,7 @@ def decide(results: RunResults, objective: Objective | None = None, *, seed: int
                 gain=cand.gain.value if cand.gain else None,
                 speculative=variant.is_speculative,
             )
-            if variant.is_speculative and not saved_a_pass(result.measured_requests):
+            if saved_nothing(result):
                 result.ruled_out.append(NO_PASS_SAVED)
             if schedule is not None and result.name == schedule.variant and not schedule.written:
                 # measured like any variant, but it may win only where it beat every fixed k of its family

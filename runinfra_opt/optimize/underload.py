@@ -45,9 +45,8 @@ from runinfra_opt.load.store import RecordWriter, read_run
 from runinfra_opt.methods import BASELINE, Variant
 from runinfra_opt.objective import TIE, Objective
 from runinfra_opt.optimize import passes
-from runinfra_opt.optimize.select import simplicity_key
+from runinfra_opt.optimize.select import saved_nothing, simplicity_key
 from runinfra_opt.optimize.state import RunState
-from runinfra_opt.records import saved_a_pass
 from runinfra_opt.results import (
     Crossover,
     Decision,
@@ -184,12 +183,6 @@ def _tokens(lr: LevelResult) -> float:
 
 def _ttft(lr: LevelResult, percentile: str) -> float | None:
     return lr.metrics.ttft_s.get(percentile)
-
-
-def saved_nothing(vr: VariantResult) -> bool:
-    """Speculative, measured at batch 1, and no target pass there produced more than one token (it cannot win)."""
-    speculative = Variant.from_dict(vr.variant).is_speculative
-    return speculative and bool(vr.measured_requests) and not saved_a_pass(vr.measured_requests)
 
 
 def eligible(results: RunResults, vr: VariantResult) -> bool:
