@@ -18,6 +18,7 @@ from runinfra_opt.methods.base import SimInput
 from runinfra_opt.methods.k_schedule import KRange, k_at, parse_schedule, schedule_of, with_schedule
 from runinfra_opt.methods.vllm_ngram import make
 from runinfra_opt.optimize.kschedule import Candidate, choices_per_level, choose_k, propose, schedule_ranges, verify
+from runinfra_opt.records import RequestRecord
 from runinfra_opt.results import Interval, KSchedule, LevelMetrics, LevelResult, RunResults, VariantResult
 from tests.test_manifest import _results
 from tests.test_manifest_vllm import _vllm_reads
@@ -184,6 +185,27 @@ def test_disqualified_and_failing_variants_are_not_candidates() -> None:
     k4.load[0] = _level("concurrency:1", 1.35, failed=2)
     (family,) = choices_per_level(results)
     assert [c.chosen.k for c in family.choices] == [2, 4, 2]
+
+
+def test_a_variant_that_saved_no_target_pass_is_not_a_candidate() -> None:
+    """k 8's drafts were never accepted at batch 1 (every pass one token): its measured gains are noise, it cannot
+    win (`select.saved_nothing`), and a schedule built from it could not either."""
+    results = _fixed_k_run()
+    k8 = results.variant(K8.name)
+    assert k8 is not None
+    k8.measured_requests = [
+        RequestRecord(
+            request_id=f"r{i}", category="chat", prompt_tokens=20, output_tokens=16, ttft_s=0.1, e2e_s=1.0,
+            target_passes=16,
+        )
+        for i in range(3)
+    ]
+    (family,) = choices_per_level(results)
+    assert [c.chosen.k for c in family.choices] == [4, 4, 2]
+    assert all(K8.name not in {c.name for c in choice.candidates} for choice in family.choices)
+    k8.measured_requests[0].target_passes = 15  # one pass produced two tokens: a candidate again
+    (family,) = choices_per_level(results)
+    assert [c.chosen.k for c in family.choices] == [8, 4, 2]
 
 
 # ---- proposing -------------------------------------------------------------------------------------------------

@@ -25,6 +25,7 @@ from runinfra_opt.errors import UserInputError
 from runinfra_opt.methods import BASELINE, Variant, get_method, parse_variant_name
 from runinfra_opt.methods.k_schedule import KRange, as_vllm, schedule_of, with_schedule, without_schedule
 from runinfra_opt.objective import TIE
+from runinfra_opt.optimize.select import saved_nothing
 from runinfra_opt.records import disqualifying
 from runinfra_opt.results import Interval, KSchedule, LevelResult, RunResults, VariantResult
 
@@ -127,11 +128,13 @@ def _tokens(level: LevelResult) -> float:
 
 
 def _families(results: RunResults) -> dict[str, list[tuple[Variant, VariantResult]]]:
-    """The lossless fixed-k variants measured under load of every method that takes a schedule, by family."""
+    """The lossless fixed-k variants measured under load of every method that takes a schedule, by family; not one
+    that saved no target pass at batch 1 (`select.saved_nothing`: it cannot win, so a schedule built from it could
+    not either)."""
     families: dict[str, list[tuple[Variant, VariantResult]]] = {}
     for result in results.variants:
         variant = _variant(result)
-        if variant is None or not result.load or not _lossless(result):
+        if variant is None or not result.load or not _lossless(result) or saved_nothing(result):
             continue
         method = get_method(variant.method)
         if not method.k_schedules or schedule_of(variant) is not None:
