@@ -28,7 +28,7 @@ from runinfra_opt.engine.vllm import metrics
 from runinfra_opt.engine.vllm.args import ServerConfig
 from runinfra_opt.engine.vllm.client import CompletionRequest, RequestResult, replay
 from runinfra_opt.engine.vllm.server import ServerError, VllmServer
-from runinfra_opt.engine.vllm.validate import check_serve_args, check_serve_args_many
+from runinfra_opt.engine.vllm.validate import check_serve_args_many
 from runinfra_opt.methods.vllm_ngram import propose, simulate
 from tests.conftest import quiet_lock
 from tests.test_vllm_server import group_members, wait_gone
@@ -283,10 +283,11 @@ def test_optimize_on_vllm_measures_each_variant_on_its_own_server(
     if manifest["decision"]["winner"] == "vllm_ngram-m1-n3-k4":
         assert vllm["speculativeConfig"] == NGRAM
     config = ServerConfig(model, dtype=DTYPE, max_model_len=2048, speculative_config=vllm["speculativeConfig"])
-    parsed = check_serve_args(vllm_python, config.serve_args())
-    assert parsed["speculative_config"] == vllm["speculativeConfig"]
     assert vllm["args"][-1] == "--enforce-eager"
-    assert check_serve_args(vllm_python, vllm["args"])["speculative_config"] == vllm["speculativeConfig"]
+    # one vLLM process for both (importing vLLM takes 10-30 s here)
+    parsed, parsed_args = check_serve_args_many(vllm_python, [config.serve_args(), vllm["args"]])
+    assert parsed.get("speculative_config") == vllm["speculativeConfig"], parsed
+    assert parsed_args.get("speculative_config") == vllm["speculativeConfig"], parsed_args
     for launch in results.launches:
         log = Path(launch["log"]).read_text()
         first = log.splitlines()[0]
