@@ -7,6 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from typer.testing import CliRunner
 
 from runinfra_opt import __version__
@@ -34,6 +35,31 @@ def test_help_and_version_import_no_heavy_modules() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "", f"--help imported heavy modules: {out.stdout.strip()}"
+
+
+@pytest.mark.parametrize("group", [[], ["draft"], ["engine"], ["load"], ["manifest"], ["workload"]])
+def test_each_group_lists_its_commands_one_summary_a_row(group: list[str]) -> None:
+    """A group's list of commands shows each command's first paragraph of help as one text, wrapped by the
+    terminal only: wide enough, each is on its command's row (a docstring's own line breaks once made a ragged
+    column here)."""
+    import inspect
+
+    import typer
+
+    from runinfra_opt.cli.app import CommandGroup
+
+    result = CliRunner().invoke(app, [*group, "--help"], terminal_width=400, env={"COLUMNS": "400"})
+    assert result.exit_code == 0, result.output
+    rows = [line.strip("│ ").split(None, 1) for line in result.output.splitlines() if line.startswith("│ ")]
+    listed = {row[0]: row[1].strip() for row in rows if len(row) == 2}
+    command = typer.main.get_command(app)
+    for name in group:
+        command = command.commands[name]
+    assert isinstance(command, CommandGroup)
+    assert command.commands
+    for name, sub in command.commands.items():
+        summary = " ".join(inspect.cleandoc(sub.help or "").split("\n\n")[0].split())
+        assert listed[name] == summary, name
 
 
 def test_python_m_entry_point() -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import inspect
 import os
 import sys
 from collections.abc import Callable
@@ -16,6 +17,7 @@ from typing import Any, TypeVar
 
 import typer
 from rich.console import Console
+from typer.core import TyperGroup
 
 from runinfra_opt import __version__
 from runinfra_opt.errors import RuninfraError
@@ -24,8 +26,22 @@ from runinfra_opt.signals import Terminated, cancellation
 
 err_console = Console(stderr=True, highlight=False, soft_wrap=True)
 
+
+class CommandGroup(TyperGroup):
+    """Typer's group, listing each command by its help's first paragraph on one line. In rich markup mode Typer
+    keeps that paragraph's line breaks in a group's list of commands, so a docstring wrapped in the source made a
+    ragged column there (a command's own page joins them already). Every group of the CLI is one of these."""
+
+    def get_command(self, ctx: Any, cmd_name: str) -> Any:
+        command = super().get_command(ctx, cmd_name)
+        if command is not None and command.short_help is None and command.help:
+            command.short_help = " ".join(inspect.cleandoc(command.help).split("\n\n")[0].split())
+        return command
+
+
 app = typer.Typer(
     name="runinfra-opt",
+    cls=CommandGroup,
     help="Find the fastest lossless speculative-decoding setup for your own LLM traffic.",
     no_args_is_help=True,
     add_completion=False,

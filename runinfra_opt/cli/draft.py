@@ -9,9 +9,11 @@ from typing import Any
 import typer
 from rich.console import Console
 
-from runinfra_opt.cli.app import app, err_console, handle_errors, quiet_transformers
+from runinfra_opt.cli.app import CommandGroup, app, err_console, handle_errors, quiet_transformers
 
-draft_app = typer.Typer(help="Make draft models for speculative decoding.", no_args_is_help=True, rich_markup_mode=None)
+draft_app = typer.Typer(
+    cls=CommandGroup, help="Make draft models for speculative decoding.", no_args_is_help=True, rich_markup_mode=None
+)
 app.add_typer(draft_app, name="draft")
 
 

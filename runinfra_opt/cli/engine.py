@@ -12,10 +12,11 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from runinfra_opt.cli.app import app, err_console, handle_errors
+from runinfra_opt.cli.app import CommandGroup, app, err_console, handle_errors
 from runinfra_opt.errors import UserInputError
 
 engine_app = typer.Typer(
+    cls=CommandGroup,
     help="Install and list serving engines (vLLM) that run as separate servers in their own environment.",
     no_args_is_help=True,
     rich_markup_mode=None,

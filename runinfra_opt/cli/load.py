@@ -14,12 +14,13 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from runinfra_opt.cli.app import app, handle_errors
+from runinfra_opt.cli.app import CommandGroup, app, handle_errors
 from runinfra_opt.load.schedule import ScheduleSummary, plan, summarize
 from runinfra_opt.load.spec import parse_load
 from runinfra_opt.workload import DEFAULT_MAX_TOKENS, DEFAULT_WORKLOAD, FORMATS, short_fingerprint, stream_workload
 
 load_app = typer.Typer(
+    cls=CommandGroup,
     help="Plan how requests are offered to a serving engine (load models).",
     no_args_is_help=True,
     rich_markup_mode=None,

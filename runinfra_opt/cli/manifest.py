@@ -8,10 +8,11 @@ from pathlib import Path
 
 import typer
 
-from runinfra_opt.cli.app import app, err_console, handle_errors
+from runinfra_opt.cli.app import CommandGroup, app, err_console, handle_errors
 from runinfra_opt.errors import InputProblems, UserInputError
 
 manifest_app = typer.Typer(
+    cls=CommandGroup,
     help="Work with serving manifests (runinfra.dev/v1 ServingOptimization).",
     no_args_is_help=True,
     rich_markup_mode=None,

@@ -12,7 +12,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from runinfra_opt.cli.app import app, handle_errors
+from runinfra_opt.cli.app import CommandGroup, app, handle_errors
 from runinfra_opt.workload import (
     DEFAULT_MAX_TOKENS,
     FORMATS,
@@ -25,6 +25,7 @@ from runinfra_opt.workload import (
 from runinfra_opt.workload.inspect import WorkloadStats, inspect_workload
 
 workload_app = typer.Typer(
+    cls=CommandGroup,
     help="Inspect, validate, convert and list workloads (recorded traffic).",
     no_args_is_help=True,
     rich_markup_mode=None,
