@@ -130,6 +130,10 @@ def compare_to_baseline(
     return record
 
 
+NO_PASS_SAVED = "saved no target pass (none produced more than one token): a measured gain is noise"
+"""What `optimize` rules such a variant out with and `bench` notes under its table (`saved_a_pass`)."""
+
+
 def saved_a_pass(records: Sequence[RequestRecord]) -> bool:
     """Whether any target pass of `records` produced more than one token (an accepted draft token). A speculative
     variant that never did does all the baseline's target passes and its drafting besides, so it cannot be

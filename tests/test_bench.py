@@ -15,7 +15,7 @@ from runinfra_opt.bench import BenchConfig, BenchResult, make_variant, run_varia
 from runinfra_opt.cli.app import app
 from runinfra_opt.errors import UserInputError
 from runinfra_opt.methods import BASELINE, Variant
-from runinfra_opt.records import RequestRecord, compare_to_baseline
+from runinfra_opt.records import NO_PASS_SAVED, RequestRecord, compare_to_baseline
 from runinfra_opt.report.bench import bench_notes, bench_table
 from runinfra_opt.stats import paired, percentiles, speedup, summarize, tokens_per_s
 from runinfra_opt.workload.model import Request
@@ -195,11 +195,15 @@ def test_make_variant_errors(method: str, kw: dict[str, Any], message: str) -> N
         make_variant(method, **kw)
 
 
-def _result() -> BenchResult:
+def _result(passes: int = 3) -> BenchResult:
+    """The n-gram variant twice as fast as the baseline, its 10 tokens in `passes` target passes."""
     base = [_record("a", [1] * 10, e2e_s=2.0, ttft_s=0.5)]
     fast = [
         compare_to_baseline(
-            _record("a", [1] * 10, e2e_s=1.0, ttft_s=0.25, accepted_per_pass=[3, 3], drafted_tokens=8), base[0]
+            _record(
+                "a", [1] * 10, e2e_s=1.0, ttft_s=0.25, accepted_per_pass=[3, 3], drafted_tokens=8, target_passes=passes
+            ),
+            base[0],
         )
     ]
     records = {"baseline": base, NGRAM.name: fast}
@@ -229,6 +233,13 @@ def test_table_renders_every_figure() -> None:
     assert "yes" in text
     notes = bench_notes(_result())
     assert "skipped 1 request(s) too long for the target's context" in notes
+
+
+def test_a_variant_that_saved_no_target_pass_is_noted() -> None:
+    """10 tokens in 10 passes: no draft token was accepted, so the 2x measured is the machine, not the method (the
+    rule `optimize` rules such a variant out by)."""
+    assert not any(NO_PASS_SAVED in note for note in bench_notes(_result(passes=9)))
+    assert f"{NGRAM.name}: {NO_PASS_SAVED}" in bench_notes(_result(passes=10))
 
 
 def test_json_dict_has_summaries_and_records() -> None:

@@ -28,7 +28,7 @@ from runinfra_opt.errors import NoFeasibleVariantError, UserInputError
 from runinfra_opt.exitcodes import ExitCode
 from runinfra_opt.methods import Variant, get_method
 from runinfra_opt.objective import TIE, Objective, rank, throughput_of
-from runinfra_opt.records import RequestRecord, disqualifying, saved_a_pass
+from runinfra_opt.records import NO_PASS_SAVED, RequestRecord, disqualifying, saved_a_pass
 from runinfra_opt.results import CategoryDecision, Decision, Interval, RunResults, VariantResult
 
 
@@ -46,9 +46,6 @@ class _Candidate:
     @property
     def name(self) -> str:
         return self.result.name
-
-
-NO_PASS_SAVED = "saved no target pass (none produced more than one token): a measured gain is noise"
 
 
 def _variant_of(result: VariantResult) -> Variant:

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Protocol
 
 from runinfra_opt.methods import BASELINE, Variant
+from runinfra_opt.records import NO_PASS_SAVED
 from runinfra_opt.results import Interval, Summary
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -87,7 +88,8 @@ def bench_table(result: BenchReport) -> Table:
 
 
 def bench_notes(result: BenchReport) -> list[str]:
-    """Lines printed under the table: skipped requests, mismatches, untested losslessness."""
+    """Lines printed under the table: skipped requests, mismatches, untested losslessness, a speculative variant
+    that saved no target pass."""
     notes: list[str] = []
     used = result.workload["used_requests"]
     notes.append(f"{used} request(s) x {result.config.repeat} repeat(s), max {result.config.max_tokens} new tokens")
@@ -102,4 +104,14 @@ def bench_notes(result: BenchReport) -> list[str]:
         notes.append(f"output differs from the baseline: request {m['request_id']} at token {m['first_mismatch']}")
     if result.lossless is None and result.config.variant.is_speculative:
         notes.append("lossless: not checked (no greedy request)")
+    measured = result.summaries.get(result.variant)
+    if result.config.variant.is_speculative and measured is not None and _saved_no_pass(measured):
+        notes.append(f"{result.variant}: {NO_PASS_SAVED}")
     return notes
+
+
+def _saved_no_pass(summary: Summary) -> bool:
+    """`records.saved_a_pass` read off a summary: every pass yields a token at least, so no pass yielded two
+    exactly when the passes add up to the tokens."""
+    passes, tokens = summary.target_passes, summary.output_tokens
+    return passes is not None and tokens is not None and tokens > 0 and passes >= tokens
