@@ -15,7 +15,7 @@ $(BIN)/uv: $(BIN)/python
 # uv installs in seconds what pip takes minutes for. It does not read
 # pip's configuration, so pip's find-links (where this machine keeps the torch CPU wheel) are handed to it.
 # --compile-bytecode: what it installs is compiled once, at install (about 45 s here). Otherwise uv leaves compiling to
-# the first import, which writes nothing where PYTHONDONTWRITEBYTECODE is set (as on this machine and its CI), and
+# the first import, which writes nothing where PYTHONDONTWRITEBYTECODE is set (as on the machine measured), and
 # every process the tests start compiled torch, transformers and Ray again: importing the three took 20 s, against
 # 8.5 s compiled (docs/measurements.md, Experiments without a script, 2026-12-07 14:35).
 FIND_LINKS = $(sort $(PIP_FIND_LINKS) $(shell $(BIN)/python -m pip config get global.find-links 2>/dev/null))
