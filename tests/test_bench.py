@@ -282,6 +282,7 @@ def test_bench_cli_json_vs_baseline(runner: CliRunner, tiny_models: tuple[Path, 
     assert data["environment"]["threads"] == 1
     w3 = [r for r in data["records"]["baseline"] if r["request_id"] == "w3"]
     assert all(r["output_tokens"] <= 6 for r in w3)  # the request's own max_tokens
+    assert data["notes"][0] == "3 request(s) x 2 repeat(s), max 24 new tokens"  # the lines under the table
 
 
 def test_bench_cli_table(runner: CliRunner, tiny_models: tuple[Path, Path], workload_file: Path) -> None:

@@ -119,7 +119,7 @@ def bench(
 
         result = run_bench(config, progress=on_progress)
     if as_json:
-        typer.echo(json.dumps(result.to_dict(), indent=2))
+        typer.echo(json.dumps({**result.to_dict(), "notes": bench_notes(result)}, indent=2))
         return
     out = Console(highlight=False)
     out.print(bench_table(result))
