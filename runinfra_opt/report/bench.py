@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Protocol
 
 from runinfra_opt.methods import BASELINE, Variant
-from runinfra_opt.records import NO_PASS_SAVED
+from runinfra_opt.records import NO_PASS_SAVED, RequestRecord, saved_a_pass
 from runinfra_opt.results import Interval, Summary
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -38,6 +38,8 @@ class BenchReport(Protocol):
     def workload(self) -> dict[str, Any]: ...
     @property
     def summaries(self) -> dict[str, Summary]: ...
+    @property
+    def records(self) -> dict[str, list[RequestRecord]]: ...
     @property
     def speedup(self) -> Interval | None: ...
     @property
@@ -104,14 +106,7 @@ def bench_notes(result: BenchReport) -> list[str]:
         notes.append(f"output differs from the baseline: request {m['request_id']} at token {m['first_mismatch']}")
     if result.lossless is None and result.config.variant.is_speculative:
         notes.append("lossless: not checked (no greedy request)")
-    measured = result.summaries.get(result.variant)
-    if result.config.variant.is_speculative and measured is not None and _saved_no_pass(measured):
+    measured = result.records.get(result.variant)
+    if result.config.variant.is_speculative and measured and not saved_a_pass(measured):
         notes.append(f"{result.variant}: {NO_PASS_SAVED}")
     return notes
-
-
-def _saved_no_pass(summary: Summary) -> bool:
-    """`records.saved_a_pass` read off a summary: every pass yields a token at least, so no pass yielded two
-    exactly when the passes add up to the tokens."""
-    passes, tokens = summary.target_passes, summary.output_tokens
-    return passes is not None and tokens is not None and tokens > 0 and passes >= tokens
