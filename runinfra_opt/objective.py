@@ -64,7 +64,7 @@ def parse_priority(value: str) -> Priority:
         raise UserInputError(f"--priority {value}: unknown priority; available: {', '.join(PRIORITIES)}") from None
 
 
-class Figures(Protocol):
+class Rankable(Protocol):
     """What `rank` reads of a candidate."""
 
     @property
@@ -75,7 +75,7 @@ class Figures(Protocol):
 
 
 T = TypeVar("T")
-F = TypeVar("F", bound=Figures)
+F = TypeVar("F", bound=Rankable)
 
 
 def rank(candidates: Sequence[T], score: Callable[[T], float | None], simplicity: Callable[[T], Any]) -> list[T]:
@@ -92,7 +92,7 @@ def rank(candidates: Sequence[T], score: Callable[[T], float | None], simplicity
     return out + [c for c in candidates if score(c) is None]
 
 
-def throughput_of(candidate: Figures) -> float | None:
+def throughput_of(candidate: Rankable) -> float | None:
     """The throughput score (for a tie-break on throughput under any priority)."""
     return candidate.tokens_per_s
 
@@ -207,7 +207,7 @@ class Objective:
             return 1.0 / ttft_s if ttft_s else None
         return tokens_per_s or None
 
-    def score_of(self, candidate: Figures) -> float | None:
+    def score_of(self, candidate: Rankable) -> float | None:
         return self.score(candidate.tokens_per_s, candidate.ttft_s)
 
     def rank(self, candidates: Sequence[F], simplicity: Callable[[F], Any]) -> list[F]:

@@ -55,10 +55,20 @@ def test_a_run_without_drafts_has_no_drafts_line() -> None:
     assert answer.drafts_line(report_fixtures.baseline_wins()) is None
 
 
+def test_a_results_file_from_before_the_setup_phase_was_named_so_reads_with_todays_names(tmp_path: Path) -> None:
+    data = report_fixtures.build_results().model_dump(mode="json")
+    data.update(phase="load", phases_done=["load", "cost"], timings_s={"load": 9.4, "cost": 2.0})
+    path = tmp_path / "results.json"
+    path.write_text(json.dumps(data))
+    results = load_results(path)
+    assert (results.phase, results.phases_done) == ("setup", ["setup", "cost"])
+    assert results.timings_s == {"setup": 9.4, "cost": 2.0}
+
+
 def test_the_timings_line_lists_the_phases_in_run_order_and_the_total() -> None:
     results = report_fixtures.build_results()
-    results.timings_s = {"confirm": 160.2, "load": 9.4, "baseline": 41.0, "total": 210.6}
-    assert answer.timings_line(results) == "Time: load 9 s, baseline 41 s, confirm 160 s; total 3.5 min"
+    results.timings_s = {"confirm": 160.2, "setup": 9.4, "baseline": 41.0, "total": 210.6}
+    assert answer.timings_line(results) == "Time: setup 9 s, baseline 41 s, confirm 160 s; total 3.5 min"
     results.timings_s = {}
     assert answer.timings_line(results) is None
 

@@ -153,7 +153,7 @@ def test_each_timed_pass_of_a_suffix_variant_gets_a_fresh_server(
     assert {rid: len(past) for rid, past in results.profile["continuation"].items()} == dict.fromkeys(baseline, 5)
     suffix = results.variant("suffix-d24-f1-p0.1-k4")
     assert suffix is not None
-    # repeat 1, repeat 2, concurrency:2, and each pass added to the level if its ratio was unclear (optimize.passes)
+    # repeat 1, repeat 2, concurrency:2, and each pass added to the level if its ratio was unclear (level_repeats)
     assert launched.count("suffix-d24-f1-p0.1-k4") == 3 + sum(len(lr.added) for lr in suffix.load)
     assert suffix.confirmed
     assert [level.level for level in suffix.load] == ["concurrency:2"]

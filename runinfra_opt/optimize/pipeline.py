@@ -1,7 +1,7 @@
 """The `optimize` pipeline: predict every variant from one profiling pass, confirm the best by timing, decide.
 
 The phases, in order (one module each under `optimize/phases/`):
-1. `load`: the workload (bundled name or path), the models, the engine and the search space;
+1. `setup`: the workload (bundled name or path), the models, the engine and the search space;
 2. `cost`: measure (or read from the cache) forward/prefill times of the target, each draft and each
    early-exit sub-model, and fit the cost model (on a serving engine: the step-cost table, measured on the
    baseline's own server, `optimize/serving.py`);
@@ -43,11 +43,11 @@ from runinfra_opt.optimize.phases import (
     cost,
     decide,
     extend,
-    load,
     plan,
     predict,
     profile,
     schedule,
+    setup,
     write,
 )
 from runinfra_opt.optimize.rundir import open_run
@@ -80,7 +80,7 @@ ANY_PREDICTOR = (PREDICTOR, SERVING_PREDICTOR)
 
 
 PHASES: tuple[Phase, ...] = (
-    Phase("load", load.run, rerun=True, timing="load"),
+    Phase("setup", setup.run, rerun=True, timing="setup"),
     Phase("cost", cost.run, restore=cost.restore, timing="cost", needs=ANY_PREDICTOR),
     Phase("plan", plan.run, restore=plan.restore),
     Phase("baseline", baseline.run, restore=baseline.restore, timing="baseline"),

@@ -10,7 +10,7 @@ at each level on its own server, and what the levels decide.
   as they complete (nothing of the level is held in memory: `runinfra_opt.load.store.RecordWriter`),
   the level's metrics (`runinfra_opt.load.level_metrics`) and its paired throughput ratio to the baseline at
   the same level into `VariantResult.load`, saved after each level (a resume runs only the missing levels).
-- **More passes** (`optimize.passes`): a level where a candidate's ratio interval straddles the threshold gets
+- **More passes** (`optimize.level_repeats`): a level where a candidate's ratio interval straddles the threshold gets
   more passes of it and the baseline, within `--budget-minutes`.
 - **Deciding** (`decide_levels`): per level, on measured figures only, among variants lossless at batch 1 and
   within the TTFT constraints at that level, the speculative variants are ranked by the run's `Objective` with
@@ -44,7 +44,7 @@ from runinfra_opt.load import Concurrency, LevelRun, LoadLevel, Replay, level_me
 from runinfra_opt.load.store import RecordWriter, read_run
 from runinfra_opt.methods import BASELINE, Variant
 from runinfra_opt.objective import TIE, Objective
-from runinfra_opt.optimize import passes
+from runinfra_opt.optimize import level_repeats
 from runinfra_opt.optimize.select import saved_nothing, simplicity_key
 from runinfra_opt.optimize.state import RunState
 from runinfra_opt.results import (
@@ -163,7 +163,7 @@ def measure(state: RunState, variant: Variant) -> None:
             state.results.add_note(f"{variant.name} under load: {note}")
         state.save()
         if ratio is not None:
-            from runinfra_opt.optimize.passes import settle
+            from runinfra_opt.optimize.level_repeats import settle
 
             settle(state, variant, level, vr.load[-1])  # more passes while its decision is unclear
         state.reporter.advance(f"{variant.name} {level.name}")
@@ -291,7 +291,7 @@ def _by_throughput(
         )
     best_vr, best = ranked[0].result, ranked[0].level
     gain = best.vs_baseline
-    figures = f"{_tokens(best):.1f} vs {_tokens(base):.1f} tokens/s, {passes.ratio_text(gain)}"
+    figures = f"{_tokens(best):.1f} vs {_tokens(base):.1f} tokens/s, {level_repeats.ratio_text(gain)}"
     if objective.pays(gain):
         return LevelDecision(
             level=level, winner=best_vr.name, figure=figure, gain=gain, reason=f"{best_vr.name}: {figures}.{tail}"

@@ -22,7 +22,7 @@ from runinfra_opt.load.metrics import WARMUP_FRACTION
 from runinfra_opt.load.runner import LevelRun, LoadRecord
 from runinfra_opt.load.spec import Concurrency, LoadLevel
 from runinfra_opt.predict.draftcost import DraftCost
-from runinfra_opt.predict.figures import Figures, decode_steps, figures
+from runinfra_opt.predict.figures import LevelFigures, decode_steps, figures
 from runinfra_opt.predict.overhead import NONE as NO_OVERHEAD
 from runinfra_opt.predict.overhead import SpecOverhead
 from runinfra_opt.predict.serving import VLLM_CPU_SERVER, Corrections, RequestPasses, SchedulerLimits, predict_run
@@ -46,10 +46,10 @@ class Calibration:
 
     level: LoadLevel
     corrections: Corrections
-    measured: Figures
-    raw: Figures
+    measured: LevelFigures
+    raw: LevelFigures
     """The baseline's prediction without corrections."""
-    calibrated: Figures
+    calibrated: LevelFigures
     """The baseline's prediction with them."""
     notes: tuple[str, ...] = ()
 
@@ -79,11 +79,11 @@ def calibrate(
         raise ValueError(f"{level.name}: the measured run has no TTFT or {what} to calibrate on")
     ttft_goal: float = target.mean_ttft_s
 
-    def run(step_s: float, request_s: float) -> Figures:
+    def run(step_s: float, request_s: float) -> LevelFigures:
         corrections = Corrections(step_s, request_s)
         return figures(predict_run(level, baseline, table, limits=limits, corrections=corrections), warmup_fraction)
 
-    def fit_request(step_s: float) -> tuple[float, Figures]:
+    def fit_request(step_s: float) -> tuple[float, LevelFigures]:
         tried = [(0.0, run(step_s, 0.0))]
         for _ in range(REQUEST_REFITS):
             request_s, got = tried[-1]

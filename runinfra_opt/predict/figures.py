@@ -19,7 +19,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
 
 @dataclass(frozen=True)
-class Figures:
+class LevelFigures:
     """A level's headline figures as `level_metrics` computes them (its point values; None: not measured), and
     the trimmed means the calibration fits to (`TRIM`: smoother in the corrections than medians over a few
     requests, and robust to a stray slow request, which a plain mean is not)."""
@@ -38,8 +38,8 @@ TRIM = 0.1
 """The share of the lowest and of the highest values that the fitted means leave out."""
 
 
-def figures(runs: LevelRun | Sequence[LevelRun], warmup_fraction: float = WARMUP_FRACTION) -> Figures:
-    """`Figures` of one run or of a level's repeats pooled, as `level_metrics` pools them (without its bootstrap)."""
+def figures(runs: LevelRun | Sequence[LevelRun], warmup_fraction: float = WARMUP_FRACTION) -> LevelFigures:
+    """`LevelFigures` of one run or of a level's repeats pooled, as `level_metrics` pools them (no bootstrap)."""
     tokens = seconds = 0.0
     ttft: list[float] = []
     tpot: list[float] = []
@@ -59,7 +59,7 @@ def figures(runs: LevelRun | Sequence[LevelRun], warmup_fraction: float = WARMUP
                 ttft.append(record.ttft_s)
             if record.tpot_s is not None:
                 tpot.append(record.tpot_s)
-    return Figures(
+    return LevelFigures(
         tokens / seconds if seconds > 0 else None,
         statistics.median(ttft) if ttft else None,
         statistics.median(tpot) if tpot else None,

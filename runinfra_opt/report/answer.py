@@ -10,7 +10,7 @@ from runinfra_opt.methods import get_method, method_names
 from runinfra_opt.report import view
 from runinfra_opt.results import RunResults
 
-TIMED_PHASES = ("load", "cost", "baseline", "profile", "predict", "confirm", "decide")
+TIMED_PHASES = ("setup", "cost", "baseline", "profile", "predict", "confirm", "decide")
 """The phases `optimize` times (results.timings_s), in the order they run."""
 
 
@@ -63,7 +63,7 @@ def drafts_line(results: RunResults) -> str | None:
 
 
 def timings_line(results: RunResults) -> str | None:
-    """`Time: load 9 s, cost 41 s, ..., total 6.9 min` from results.timings_s."""
+    """`Time: setup 9 s, cost 41 s, ..., total 6.9 min` from results.timings_s."""
     timings = results.timings_s
     phases = [p for p in TIMED_PHASES if p in timings] + sorted(
         p for p in timings if p not in TIMED_PHASES and p != "total"

@@ -38,6 +38,9 @@ RESULTS_FILE = "results.json"
 DEFAULT_MANIFEST = "runinfra-manifest.yaml"
 """Where `optimize` writes the manifest without `--out`."""
 SCHEMA_VERSION = 2
+
+RENAMED_PHASES = {"load": "setup"}
+"""Phases renamed since: a results file written before reads with today's names (`--resume`, `report`)."""
 """2: the plan, the search space and the finished phases are fields of their own (1 kept them in `config`);
 `--resume` needs 2, `report` reads both."""
 
@@ -306,6 +309,21 @@ class RunResults(_Model):
     """`optimize`'s profiling pass: the baseline's per-request records with output ids (`baseline`), and per
     drafting role (`draft:<spec>`, `early_exit:<layer>`) per request the teacher-forced agreement flags as a
     string of 0/1 (`agreement`) or, for sampled requests, the acceptance probabilities (`acceptance`)."""
+
+    @field_validator("phase", mode="before")
+    @classmethod
+    def _renamed_phase(cls, value: Any) -> Any:
+        return RENAMED_PHASES.get(value, value) if isinstance(value, str) else value
+
+    @field_validator("phases_done", mode="before")
+    @classmethod
+    def _renamed_phases(cls, value: Any) -> Any:
+        return [RENAMED_PHASES.get(v, v) for v in value] if isinstance(value, list) else value
+
+    @field_validator("timings_s", mode="before")
+    @classmethod
+    def _renamed_timings(cls, value: Any) -> Any:
+        return {RENAMED_PHASES.get(k, k): v for k, v in value.items()} if isinstance(value, dict) else value
 
     @field_validator("notes", mode="before")
     @classmethod

@@ -58,7 +58,7 @@ class LevelMetrics(_Strict):
 
 
 class AddedPass(_Model):
-    """One more pass of a level whose decision was unclear (`optimize.passes`): the candidate's records and the
+    """One more pass of a level whose decision was unclear (`optimize.level_repeats`): the candidate's records and the
     baseline's, timed beside it (relative to the run directory)."""
 
     records: str
@@ -162,6 +162,6 @@ class LoadSummary(_Model):
     deploy_level: str | None = None
     """The level whose winner the manifest carries (the recorded load, `replay`, when measured)."""
     passes: list[str] = Field(default_factory=list)
-    """What adding passes to unclear levels did (`optimize.passes`), one line per candidate and level."""
+    """What adding passes to unclear levels did (`optimize.level_repeats`), one line per candidate and level."""
     budget_ran_out: list[str] = Field(default_factory=list)
     """The unclear levels where one more pass did not fit `--budget-minutes`."""

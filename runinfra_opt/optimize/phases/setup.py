@@ -1,4 +1,4 @@
-"""Phase `load`: the workload (bundled name or path), the models and the engine, the search space.
+"""Phase `setup`: the workload (bundled name or path), the models and the engine, the search space.
 
 Reads: `config` (and on resume the recorded workload fingerprint). Fills: `state.workload`, `state.requests`
 (every measurable request), `state.engine` (from the engine registry), `state.max_tokens`, `state.space`
@@ -28,7 +28,7 @@ def run(state: RunState) -> None:
     from runinfra_opt.workload import DEFAULT_MAX_TOKENS, DEFAULT_WORKLOAD, load_workload
 
     config, results, reporter = state.config, state.results, state.reporter
-    reporter.phase("load", 2 + len(config.drafts), "loading")
+    reporter.phase("setup", 2 + len(config.drafts), "loading")
     workload = load_workload(
         config.workload or DEFAULT_WORKLOAD,
         format=config.workload_format,
