@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script: the repository's packages
-from benchmarks import summary  # noqa: E402
+from runinfra_opt import measurements  # noqa: E402
 
 
 class _Notes:
@@ -76,9 +76,9 @@ def main() -> None:
         "--runs-near-knee", type=int, default=1, help="runs pooled at each swept rate from --near of the knee up"
     )
     parser.add_argument("--near", type=float, default=0.8, help="where --runs-near-knee starts / the knee")
-    summary.add_output_options(parser, __file__)
+    measurements.add_output_options(parser, __file__)
     args = parser.parse_args()
-    out = summary.out_dir(args) / "runs" / time.strftime("%Y%m%d-%H%M%S")  # a fresh run directory each time
+    out = measurements.out_dir(args) / "runs" / time.strftime("%Y%m%d-%H%M%S")  # a fresh run directory each time
 
     from runinfra_opt.load.capacity import RateSearch, pooled, unclear
     from runinfra_opt.methods import BASELINE
@@ -215,7 +215,7 @@ def main() -> None:
         "sweep": sweep,
         "run_wall_s": round(wall, 1),
     }
-    summary.write_summary(
+    measurements.write_summary(
         args, figures, kept=None if args.workload == "summarize" else f"capacity_search-{args.workload}"
     )
     for name, row in variants.items():

@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script: the repository's packages
-from benchmarks import summary  # noqa: E402
+from runinfra_opt import measurements  # noqa: E402
 from runinfra_opt.methods import Variant
 from runinfra_opt.optimize.config import OptimizeConfig
 from runinfra_opt.optimize.phases import confirm
@@ -141,7 +141,7 @@ def main() -> int:
     parser.add_argument("--confirm", type=int, default=3)
     parser.add_argument("--vllm-python", default=None)
     parser.add_argument("--out", type=Path, default=None, help="the report (default: OUT_DIR/report.json)")
-    summary.add_output_options(parser, __file__)
+    measurements.add_output_options(parser, __file__)
     args = parser.parse_args()
     runs = []
     for d in args.dirs:
@@ -161,10 +161,10 @@ def main() -> int:
                     f"winner {entry['winner']} ({entry['winner_over_exhaustive_winner_batch1']}x the exhaustive "
                     f"winner {entry['exhaustive_winner']}){'; ' + entry['stopped'] if entry['stopped'] else ''}"
                 )
-    out = args.out or summary.out_dir(args) / "report.json"
+    out = args.out or measurements.out_dir(args) / "report.json"
     out.write_text(json.dumps(report, indent=1) + "\n", encoding="utf-8")
     print(f"report: {out}")
-    summary.write_summary(args, {"replays": report})
+    measurements.write_summary(args, {"replays": report})
     return 0
 
 

@@ -38,7 +38,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script: the repository's packages
 
-from benchmarks import summary  # noqa: E402
+from runinfra_opt import measurements  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 FAKE_VLLM = REPO / "tests" / "fake_vllm"
@@ -517,9 +517,9 @@ def can_mount_tmpfs(where: Path) -> bool:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--only", default="", help="comma-separated cell names (default: every cell)")
-    summary.add_output_options(parser, __file__)
+    measurements.add_output_options(parser, __file__)
     args = parser.parse_args(argv)
-    out = summary.out_dir(args).resolve()
+    out = measurements.out_dir(args).resolve()
     bench = Bench(out)
     tmpfs = can_mount_tmpfs(out)
     chosen = cells(bench, tmpfs)
@@ -544,7 +544,7 @@ def main(argv: list[str] | None = None) -> int:
         "slowest_signal_exit_s": max((c.exit_s or 0.0 for c in rows if "SIG" in c.fault), default=None),
     }
     # a rerun of chosen cells (after a fix) is kept apart from the whole matrix
-    summary.write_summary(
+    measurements.write_summary(
         args, figures, sys.argv[1:] if argv is None else argv, kept="faults-rerun" if args.only else None
     )
     return 0

@@ -27,100 +27,16 @@ from __future__ import annotations
 
 import argparse
 import json
-import shutil
 import statistics
 import sys
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script: the repository's packages
-from benchmarks import summary  # noqa: E402
-
-
-@dataclass(frozen=True)
-class PairShape:
-    extra_layers: int
-    scale: float
-
-
-FULL = PairShape(extra_layers=90, scale=0.05)
-"""The benchmark pair (measured in-process: benchmarks/results/lab_pair.json)."""
-SMALL = PairShape(extra_layers=60, scale=0.02)
-"""The test pair: a shallower target (a smaller file, a faster build) whose draft is still cheap and accepted
-often enough to win at batch 1 (measured in-process: benchmarks/results/lab_pair-small.json)."""
-
-STAMP = "lab_pair.json"
-"""Written last in DIR: the shape and the source model's hash; a directory whose stamp matches is reused."""
-
-
-def _source() -> Path:
-    from runinfra_opt.models import ensure_converted, resolve_model
-
-    return ensure_converted(resolve_model("default"))
-
-
-def _stamp(shape: PairShape, source: Path) -> dict[str, Any]:
-    origin = json.loads((source / "source.json").read_text(encoding="utf-8"))
-    return {"shape": asdict(shape), "source_sha256": origin["sha256"], "version": 1}
-
-
-def build(out: Path, shape: PairShape = FULL) -> tuple[Path, Path]:
-    """DIR/target and DIR/draft, built once per shape (reused while `STAMP` matches); written beside, renamed in."""
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    source = _source()
-    stamp = _stamp(shape, source)
-    target, draft = out / "target", out / "draft"
-    stamp_path = out / STAMP
-    built = (target / "config.json").is_file() and (draft / "config.json").is_file()
-    if built and stamp_path.is_file() and json.loads(stamp_path.read_text(encoding="utf-8")) == stamp:
-        return target, draft
-    out.mkdir(parents=True, exist_ok=True)
-    stamp_path.unlink(missing_ok=True)
-    for path in (target, draft):
-        shutil.rmtree(path, ignore_errors=True)
-    tmp = out / "draft.tmp"
-    shutil.rmtree(tmp, ignore_errors=True)
-    shutil.copytree(source, tmp, ignore=shutil.ignore_patterns(".complete", "source.json"))
-    tmp.rename(draft)
-
-    model = AutoModelForCausalLM.from_pretrained(source, dtype=torch.float32)
-    tokenizer = AutoTokenizer.from_pretrained(source)
-    layers = model.model.layers
-    own = len(layers)
-    with torch.no_grad():
-        for j in range(shape.extra_layers):
-            copy = _copy_layer(layers[j % own], own + j)
-            copy.self_attn.o_proj.weight.mul_(shape.scale)
-            copy.mlp.down_proj.weight.mul_(shape.scale)
-            layers.append(copy)
-    model.config.num_hidden_layers = own + shape.extra_layers
-    if getattr(model.config, "layer_types", None):
-        model.config.layer_types = [model.config.layer_types[0]] * model.config.num_hidden_layers
-    tmp = out / "target.tmp"
-    shutil.rmtree(tmp, ignore_errors=True)
-    model.save_pretrained(tmp)
-    tokenizer.save_pretrained(tmp)
-    for name in ("generation_config.json",):
-        if (source / name).is_file() and not (tmp / name).is_file():
-            shutil.copy(source / name, tmp / name)
-    tmp.rename(target)
-    stamp_path.write_text(json.dumps(stamp, indent=2) + "\n", encoding="utf-8")
-    return target, draft
-
-
-def _copy_layer(layer: Any, index: int) -> Any:
-    import copy
-
-    clone = copy.deepcopy(layer)
-    attention = getattr(clone, "self_attn", None)
-    if attention is not None and hasattr(attention, "layer_idx"):
-        attention.layer_idx = index  # the KV cache is indexed by layer
-    return clone
-
+from runinfra_opt import measurements  # noqa: E402
+from tests.lab_pair import FULL, SMALL, PairShape, build  # noqa: E402
 
 # ---- measurement ----------------------------------------------------------------------------------------------
 
@@ -192,7 +108,7 @@ def measure(target_dir: Path, draft_dir: Path, workloads: list[str], requests: i
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    summary.add_output_options(parser, __file__)
+    measurements.add_output_options(parser, __file__)
     parser.add_argument("--out", type=Path, required=True, help="writes OUT/target and OUT/draft")
     parser.add_argument("--small", action="store_true", help="the test size (SMALL) instead of FULL")
     parser.add_argument("--extra-layers", type=int, default=None, help="override the shape's extra layers")
@@ -213,8 +129,8 @@ def main() -> int:
         return 0
     figures = {"shape": asdict(shape), **measure(target, draft, args.workloads, args.requests, args.max_tokens)}
     print(json.dumps(figures, indent=2))
-    summary.out_dir(args)
-    summary.write_summary(args, figures, sys.argv[1:], kept="lab_pair-small" if args.small else None)
+    measurements.out_dir(args)
+    measurements.write_summary(args, figures, sys.argv[1:], kept="lab_pair-small" if args.small else None)
     return 0
 
 

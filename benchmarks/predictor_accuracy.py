@@ -56,7 +56,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script: the repository's packages
-from benchmarks import summary  # noqa: E402
+from runinfra_opt import measurements  # noqa: E402
 from runinfra_opt.engine.registry import EngineSetup
 from runinfra_opt.engine.vllm.options import VllmOptions
 from runinfra_opt.optimize.config import OptimizeConfig, parse_repeats
@@ -499,13 +499,13 @@ def main() -> int:
     parser.add_argument("--confirm", type=int, default=3, help="optimize --confirm of the predictive runs.")
     parser.add_argument("--out", type=Path, default=None, help="The report (JSON; default: OUT_DIR/STAMP.json).")
     parser.add_argument("--raw-dir", type=Path, default=None, help="Run directories (default: OUT_DIR/STAMP).")
-    summary.add_output_options(parser, __file__)
+    measurements.add_output_options(parser, __file__)
     args = parser.parse_args()
     args.out = args.out or args.out_dir / f"{stamp}.json"
     args.raw_dir = args.raw_dir or args.out_dir / stamp
     parse_repeats(args.repeats)  # a bad value fails here, before anything is measured
     if args.lab_pair is not None:
-        from benchmarks.lab_pair import build
+        from tests.lab_pair import build
 
         args.target = str(build(args.lab_pair)[0])
     from transformers.utils import logging
@@ -583,7 +583,7 @@ def main() -> int:
         entry["head_to_head"] = head_to_head(workload, predictive, exhaustive, args)
         _save(report, args, workload, entry)
     _save(report, args)
-    summary.write_summary(args, summary_figures(report), kept=_kept(args))
+    measurements.write_summary(args, summary_figures(report), kept=_kept(args))
     print("\nsummary:")
     for workload, entry in report["workloads"].items():
         taus = ", ".join(
@@ -655,7 +655,7 @@ def _main_vllm(args: argparse.Namespace, report: dict[str, Any], root: Path) -> 
             entry["head_to_head"] = serving_head_to_head(workload, predictive, exhaustive, args, log_dir)
             _save(report, args, workload, entry)
     _save(report, args)
-    summary.write_summary(args, summary_figures(report), kept=_kept(args))
+    measurements.write_summary(args, summary_figures(report), kept=_kept(args))
     print("\nsummary:")
     for workload, entry in report["workloads"].items():
         h2h = entry.get("head_to_head")

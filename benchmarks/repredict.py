@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script: the repository's packages
-from benchmarks import summary  # noqa: E402
+from runinfra_opt import measurements  # noqa: E402
 from runinfra_opt.optimize.config import OptimizeConfig
 from runinfra_opt.optimize.pipeline import run_optimize
 from runinfra_opt.report.accuracy import family_rankings, level_prediction_errors, prediction_errors
@@ -97,7 +97,7 @@ def main() -> int:
     parser.add_argument("dirs", nargs="+", type=Path, help="Run directories, or directories holding them.")
     parser.add_argument("--vllm-python", default=None, help="vllm runs: a vLLM environment's python.")
     parser.add_argument("--out", type=Path, default=None, help="The report (JSON; default: OUT_DIR/report.json).")
-    summary.add_output_options(parser, __file__)
+    measurements.add_output_options(parser, __file__)
     args = parser.parse_args()
     runs = []
     for d in args.dirs:
@@ -129,10 +129,10 @@ def main() -> int:
                     f"  {row['variant']:24s} batch 1 {row['predicted_tokens_per_s']} vs {row['measured_tokens_per_s']} "
                     f"({row['abs_error']:.3f}){tail}"
                 )
-    out = args.out or summary.out_dir(args) / "report.json"
+    out = args.out or measurements.out_dir(args) / "report.json"
     out.write_text(json.dumps(report, indent=1) + "\n", encoding="utf-8")
     print(f"report: {out}")
-    summary.write_summary(args, summary_figures(report))
+    measurements.write_summary(args, summary_figures(report))
     return 0
 
 

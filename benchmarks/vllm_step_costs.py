@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script: the repository's packages
-from benchmarks import summary  # noqa: E402
+from runinfra_opt import measurements  # noqa: E402
 from runinfra_opt.engine.vllm.args import ServeSettings
 from runinfra_opt.engine.vllm.client import CompletionRequest, OpenAIClient, RequestResult
 from runinfra_opt.engine.vllm.server import VllmServer
@@ -419,9 +419,9 @@ def main() -> None:
     parser.add_argument(
         "--load-run", type=Path, default=None, help="also compare an optimize --load run's n-gram steps"
     )
-    summary.add_output_options(parser, __file__)
+    measurements.add_output_options(parser, __file__)
     args = parser.parse_args()
-    raw = summary.out_dir(args) / "report.json"
+    raw = measurements.out_dir(args) / "report.json"
 
     if args.fake:
         os.environ.update({"PYTHONPATH": str(REPO / "tests" / "fake_vllm"), "FAKE_VLLM_STEP": "table"})
@@ -508,7 +508,7 @@ def main() -> None:
     report["server_logs"] = str(logs)
     save()
     print(f"raw: {raw}")
-    summary.write_summary(args, summary_figures(report))
+    measurements.write_summary(args, summary_figures(report))
 
 
 def _by_cell(steps: dict[str, Any]) -> dict[str, list[float]]:

@@ -38,8 +38,10 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script: the repository's packages
-from benchmarks import summary  # noqa: E402
-from runinfra_opt import stats
+from runinfra_opt import (
+    measurements,  # noqa: E402
+    stats,
+)
 from runinfra_opt.engine.prompts import PromptTokenizer
 from runinfra_opt.engine.vllm.engine import WARMUP_REQUESTS
 from runinfra_opt.methods.suffix import SuffixServer, params
@@ -190,9 +192,9 @@ def main() -> None:
     parser.add_argument("--target", default="default")
     parser.add_argument("--vllm-python", default=None)
     parser.add_argument("--runs", type=Path, nargs="*", default=None, help="check these run directories instead")
-    summary.add_output_options(parser, __file__)
+    measurements.add_output_options(parser, __file__)
     args = parser.parse_args()
-    base = summary.out_dir(args)
+    base = measurements.out_dir(args)
     report: list[dict[str, Any]] = []
     run_dirs = args.runs or []
     if not run_dirs:
@@ -221,7 +223,7 @@ def main() -> None:
                 f"drafted sim/server {c['drafted_sim_vs_server']}, accepted {c['accepted_sim_vs_server']}"
             )
     (base / "report.json").write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
-    summary.write_summary(
+    measurements.write_summary(
         args,
         {
             "runs": [

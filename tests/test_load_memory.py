@@ -15,10 +15,10 @@ from typing import Any
 
 import pytest
 
-from benchmarks import replay_memory
 from runinfra_opt.load import LevelRun, Replay, level_metrics, plan, run_level
 from runinfra_opt.load.store import RecordWriter, read_run, record_to_dict
 from runinfra_opt.workload import stream_workload
+from tests import replay_memory
 
 BIG = 100_000
 SMALL = 1_000
@@ -78,14 +78,15 @@ def test_100k_request_workload_plans_in_bounded_memory(tmp_path: Path) -> None:
 
 # ------------------------------------------------------------------------------------------------ replay
 REPLAY_CHUNKS = 16
-"""Streamed chunks per synthetic request (the benchmark's default, 64, costs the client more per request: on a busy
-machine it falls behind a 4,000 requests/s schedule and requests pile up in flight, which is not what is tested)."""
+"""Streamed chunks per synthetic request (tests/replay_memory.py's default, 64, costs the client more per request:
+on a busy machine it falls behind a 4,000 requests/s schedule and requests pile up in flight, which is not
+what is tested)."""
 REPLAY_GROWTH_LIMIT_MB = 50
-"""Measured here (`benchmarks/replay_memory.py --chunks 16`, load average about 4-5;
-`benchmarks/results/replay_memory.json`): a replay of 100,000 requests with its records streamed peaks 14.6 MB
+"""Measured here with 16 chunks a request, load average about 4-5 (the deleted benchmark's summary: `git show
+e14cd7e:benchmarks/results/replay_memory.json`): a replay of 100,000 requests with its records streamed peaks 14.6 MB
 above one of 1,000 (49 -> 64 MB: the ids the streamed workload keeps to reject duplicates, the send lags); with
 its records kept, 210.5 MB above (51 -> 262 MB), which this limit rejects. With 64 chunks a request: +23.8 MB
-streamed (the client fell behind, 3,556 in flight) and +492 MB kept (docs/measurements.md)."""
+streamed (the client fell behind, 3,556 in flight) and +492 MB kept."""
 
 
 @pytest.mark.quiet

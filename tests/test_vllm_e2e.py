@@ -351,7 +351,7 @@ def test_sigterm_during_server_start_up_exits_143_within_5_s(
 
 
 # ---- Draft models predicted on real vLLM (issue 40) ------------------------------------------------------------
-# `optimize --engine vllm` on the lab pair at its test size (benchmarks/lab_pair.py: a deeper, slower SmolLM2 as the
+# `optimize --engine vllm` on the lab pair at its test size (tests/lab_pair.py: a deeper, slower SmolLM2 as the
 # target, SmolLM2 itself as its draft) over a few short requests. The draft's variant is predicted from the
 # baseline's server, the draft's in-process profile (float32, as these servers are) and its own step costs,
 # launched as the one confirmed candidate, and measured faster than the baseline, as predicted. Three launches, one
@@ -375,7 +375,7 @@ gain here is about 5% (the draft's server step costs half the target's), which 3
 @pytest.fixture(scope="module")
 def lab_pair(tmp_path_factory: pytest.TempPathFactory, _session_models: Path) -> tuple[Path, Path]:
     """The lab pair at its test size, built from the session's converted SmolLM2."""
-    from benchmarks.lab_pair import SMALL, build
+    from tests.lab_pair import SMALL, build
 
     cache = tmp_path_factory.mktemp("lab-cache")
     (cache / "models").symlink_to(_session_models, target_is_directory=True)

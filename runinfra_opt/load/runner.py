@@ -4,7 +4,7 @@ Open-loop levels (replay, rate) send each request at its planned time whatever t
 keeps N requests in flight. Every record carries its planned and actual send time, and the run says so when the
 client fell behind (send lag p99 over `LATE_S`): the load offered was then lighter than planned. Records are kept
 in the returned `LevelRun`, or streamed to a `sink` so that memory hardly grows with the run's length
-(`benchmarks/results/replay_memory.json`)."""
+(`git show e14cd7e:benchmarks/results/replay_memory.json`)."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ from runinfra_opt.workload.sessions import SessionHistory
 
 LATE_S = 0.010
 """A send more than this behind its planned time counts as late; a run whose p99 send lag exceeds it is
-flagged (what `benchmarks/replay_fidelity.py` checks: `benchmarks/results/replay_fidelity.json`)."""
+flagged (`git show e14cd7e:benchmarks/results/replay_fidelity.json`)."""
 
 
 class StreamedResult(Protocol):

@@ -5,8 +5,8 @@ loopback behind a per-run API key. Launches are slow, so variants are timed one 
 the baseline's server may stay up beside a candidate's (`keep_baseline`) so that a caller can alternate the two.
 Requests go as the token ids the target sees, with top-2 log-probabilities, so losslessness is judged on exact ids
 at batch 1; `/metrics` is scraped around each request and each load level for drafted and accepted tokens. Load
-levels are sent without log-probabilities, which cost the server throughput
-(`benchmarks/results/vllm_client_overhead.json`). Capabilities: `SERVE_LOAD` and `STEP_COSTS`; no profile and
+levels are sent without log-probabilities, which cost the server throughput (`git show
+e14cd7e:benchmarks/results/vllm_client_overhead.json`). Capabilities: `SERVE_LOAD` and `STEP_COSTS`; no profile and
 no forward-cost table, so drafts that need a profile are timed, not predicted."""
 
 from __future__ import annotations
@@ -148,8 +148,9 @@ class VllmEngine:
     def can_keep_baseline(self) -> bool:
         """Whether the baseline's server can stay up beside a candidate's (`keep_baseline`): on a CPU build (each
         server holds its own weights and KV cache in host memory; an idle one drew nothing measurable from the
-        timed one: `benchmarks/results/vllm_paired_baseline.json`). Not on a GPU, where each server claims its
-        `--gpu-memory-utilization` share of the device and two do not fit at the arguments the manifest carries."""
+        timed one: `git show e14cd7e:benchmarks/results/vllm_paired_baseline.json`). Not on a GPU, where each server
+        claims its `--gpu-memory-utilization` share of the device and two do not fit at the arguments the manifest
+        carries."""
         return on_cpu(self.vllm)
 
     @property

@@ -23,7 +23,7 @@ SWITCH_SETTLE_S = 1.5
 """Seconds to wait before a request goes to the other of two live servers (`keep_baseline`). After its last step
 a vLLM worker keeps polling its shared-memory queue for 1 s (`SpinCondition.busy_loop_s` in vLLM's
 `shm_broadcast.py`: `sched_yield` in a loop) on the core the other server's worker computes on, which slows the
-other server's next request (`benchmarks/results/vllm_paired_baseline.json`)."""
+other server's next request (`git show e14cd7e:benchmarks/results/vllm_paired_baseline.json`)."""
 
 
 @dataclass

@@ -38,7 +38,7 @@ WARMUP_TRIALS = 2
 BLOCKER_TOKENS = 16
 """The blocker's first length; doubled (up to `MAX_BLOCKER_TOKENS`) when probes miss their step. Its prefill is
 most of a trial's time and it only has to outlast the probes' sending: 16 measures the same table as 64 in less
-time, and 8 saves no more (`benchmarks/results/vllm_stepcost_blocker.json`)."""
+time, and 8 saves no more (`git show e14cd7e:benchmarks/results/vllm_stepcost_blocker.json`)."""
 MAX_BLOCKER_TOKENS = 2048
 """vLLM's CPU default `max_num_batched_tokens` for the API server: a longer blocker would take two steps."""
 LEAD_S = 0.01
