@@ -38,6 +38,20 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script: the repository's packages
 from runinfra_opt import measurements  # noqa: E402
 
+HEADLINE = [
+    ("capacity", "winner"),
+    ("variants", "*", "measured", "value"),
+    ("variants", "*", "predicted_at_search"),
+    ("variants", "*", "error_vs_search_start"),
+    ("sweep", "search_knee"),
+    ("sweep", "knee"),
+    ("sweep", "knee_agreement"),
+    ("sweep", "one_run_knee"),
+    ("sweep", "wall_ratio"),
+    ("run_wall_s",),
+]
+"""The figures docs/measurements.md shows (paths into the summary's figures; `*`: every key or item)."""
+
 
 class _Notes:
     """Prints the run's notes (the plan, each rate's verdict) with the time, and nothing else."""
@@ -216,7 +230,10 @@ def main() -> None:
         "run_wall_s": round(wall, 1),
     }
     measurements.write_summary(
-        args, figures, kept=None if args.workload == "summarize" else f"capacity_search-{args.workload}"
+        args,
+        figures,
+        kept=None if args.workload == "summarize" else f"capacity_search-{args.workload}",
+        headline=HEADLINE,
     )
     for name, row in variants.items():
         print(

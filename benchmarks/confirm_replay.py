@@ -45,6 +45,14 @@ from runinfra_opt.optimize.pipeline import run_optimize
 from runinfra_opt.optimize.state import RunState
 from runinfra_opt.results import VariantResult, load_results
 
+HEADLINE = [
+    ("replays", "*", "servers"),
+    ("replays", "*", "winner"),
+    ("replays", "*", "exhaustive_winner"),
+    ("replays", "*", "winner_over_exhaustive_winner_batch1"),
+]
+"""The figures docs/measurements.md shows (paths into the summary's figures; `*`: every key or item)."""
+
 HIDDEN = ("measured_requests", "load")
 """What a variant's timing produces (`confirm.time_by_variant`): hidden until the replay "times" it."""
 DONE_BEFORE_CONFIRM = ("load", "cost", "plan", "baseline", "check_cost", "profile", "predict", "schedule")
@@ -164,7 +172,7 @@ def main() -> int:
     out = args.out or measurements.out_dir(args) / "report.json"
     out.write_text(json.dumps(report, indent=1) + "\n", encoding="utf-8")
     print(f"report: {out}")
-    measurements.write_summary(args, {"replays": report})
+    measurements.write_summary(args, {"replays": report}, headline=HEADLINE)
     return 0
 
 

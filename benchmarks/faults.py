@@ -40,6 +40,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script:
 
 from runinfra_opt import measurements  # noqa: E402
 
+HEADLINE = [
+    ("cells",),
+    ("left_behind_total",),
+    ("lost_total",),
+    ("slowest_signal_exit_s",),
+    ("reference_decisions", "*"),
+]
+"""The figures docs/measurements.md shows (paths into the summary's figures; `*`: every key or item)."""
+
 REPO = Path(__file__).resolve().parents[1]
 FAKE_VLLM = REPO / "tests" / "fake_vllm"
 MARKER = "RUNINFRA_FAULT_CELL"
@@ -545,7 +554,11 @@ def main(argv: list[str] | None = None) -> int:
     }
     # a rerun of chosen cells (after a fix) is kept apart from the whole matrix
     measurements.write_summary(
-        args, figures, sys.argv[1:] if argv is None else argv, kept="faults-rerun" if args.only else None
+        args,
+        figures,
+        sys.argv[1:] if argv is None else argv,
+        kept="faults-rerun" if args.only else None,
+        headline=HEADLINE,
     )
     return 0
 

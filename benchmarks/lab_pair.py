@@ -38,6 +38,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script:
 from runinfra_opt import measurements  # noqa: E402
 from tests.lab_pair import FULL, SMALL, PairShape, build  # noqa: E402
 
+HEADLINE = [
+    ("shape", "*"),
+    ("target_token_ms",),
+    ("draft_token_ms",),
+    ("cost_ratio",),
+    ("acceptance",),
+]
+"""The figures docs/measurements.md shows (paths into the summary's figures; `*`: every key or item)."""
+
 # ---- measurement ----------------------------------------------------------------------------------------------
 
 
@@ -130,7 +139,8 @@ def main() -> int:
     figures = {"shape": asdict(shape), **measure(target, draft, args.workloads, args.requests, args.max_tokens)}
     print(json.dumps(figures, indent=2))
     measurements.out_dir(args)
-    measurements.write_summary(args, figures, sys.argv[1:], kept="lab_pair-small" if args.small else None)
+    kept = "lab_pair-small" if args.small else None
+    measurements.write_summary(args, figures, sys.argv[1:], kept=kept, headline=HEADLINE)
     return 0
 
 

@@ -64,6 +64,19 @@ from runinfra_opt.optimize.pipeline import run_optimize
 from runinfra_opt.report.accuracy import family_rankings, kendall_tau, level_prediction_errors, prediction_errors
 from runinfra_opt.results import Interval, RunResults, load_results
 
+HEADLINE = [
+    ("workloads", "*", "predictive", "winner"),
+    ("workloads", "*", "exhaustive", "winner"),
+    ("workloads", "*", "exhaustive", "within_10pct"),
+    ("workloads", "*", "exhaustive", "batch1_within_10pct"),
+    ("workloads", "*", "exhaustive", "highest_level_within_15pct"),
+    ("workloads", "*", "kendall_tau", "*"),
+    ("workloads", "*", "wall_time_ratio"),
+    ("workloads", "*", "head_to_head_ratio", "value"),
+    ("workloads", "*", "predictive_winner_inside_exhaustive", "*", "ratio"),
+]
+"""The figures docs/measurements.md shows (paths into the summary's figures; `*`: every key or item)."""
+
 SPACE: dict[str, Any] = {
     "methods": ("ngram", "early_exit"),
     "ngram_max": (1, 2, 3),
@@ -583,7 +596,7 @@ def main() -> int:
         entry["head_to_head"] = head_to_head(workload, predictive, exhaustive, args)
         _save(report, args, workload, entry)
     _save(report, args)
-    measurements.write_summary(args, summary_figures(report), kept=_kept(args))
+    measurements.write_summary(args, summary_figures(report), kept=_kept(args), headline=HEADLINE)
     print("\nsummary:")
     for workload, entry in report["workloads"].items():
         taus = ", ".join(
@@ -655,7 +668,7 @@ def _main_vllm(args: argparse.Namespace, report: dict[str, Any], root: Path) -> 
             entry["head_to_head"] = serving_head_to_head(workload, predictive, exhaustive, args, log_dir)
             _save(report, args, workload, entry)
     _save(report, args)
-    measurements.write_summary(args, summary_figures(report), kept=_kept(args))
+    measurements.write_summary(args, summary_figures(report), kept=_kept(args), headline=HEADLINE)
     print("\nsummary:")
     for workload, entry in report["workloads"].items():
         h2h = entry.get("head_to_head")

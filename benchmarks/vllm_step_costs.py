@@ -43,6 +43,14 @@ from runinfra_opt.methods import BASELINE
 from runinfra_opt.methods.vllm_ngram import make, simulate
 from runinfra_opt.predict.steptable import StepCostTable
 
+HEADLINE = [
+    ("baseline_startup_s",),
+    ("logits_per_extra_position_ms",),
+    ("ngram_measured_over_table", "*", "ratio"),
+    ("load_run_measured_over_table", "*", "ratio"),
+]
+"""The figures docs/measurements.md shows (paths into the summary's figures; `*`: every key or item)."""
+
 REPO = Path(__file__).resolve().parents[1]
 MAX_MODEL_LEN = 2048
 ITL = "vllm:inter_token_latency_seconds"
@@ -508,7 +516,7 @@ def main() -> None:
     report["server_logs"] = str(logs)
     save()
     print(f"raw: {raw}")
-    measurements.write_summary(args, summary_figures(report))
+    measurements.write_summary(args, summary_figures(report), headline=HEADLINE)
 
 
 def _by_cell(steps: dict[str, Any]) -> dict[str, list[float]]:

@@ -38,10 +38,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script: the repository's packages
-from runinfra_opt import (
-    measurements,  # noqa: E402
-    stats,
-)
+from runinfra_opt import measurements, stats  # noqa: E402
 from runinfra_opt.engine.prompts import PromptTokenizer
 from runinfra_opt.engine.vllm.engine import WARMUP_REQUESTS
 from runinfra_opt.methods.suffix import SuffixServer, params
@@ -51,6 +48,13 @@ from runinfra_opt.records import RequestRecord
 from runinfra_opt.results import RunResults
 from runinfra_opt.workload import load_workload
 from runinfra_opt.workload.sessions import expand_all
+
+HEADLINE = [
+    ("runs", "*", "winner"),
+    ("runs", "*", "variants", "*", "b1_speedup"),
+    ("runs", "*", "variants", "*", "b1_speedup_error"),
+]
+"""The figures docs/measurements.md shows (paths into the summary's figures; `*`: every key or item)."""
 
 
 def run_workload(args: argparse.Namespace, workload: str, run_dir: Path) -> None:
@@ -236,6 +240,7 @@ def main() -> None:
                 for e in report
             ]
         },
+        headline=HEADLINE,
     )
 
 

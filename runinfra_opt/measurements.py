@@ -1,10 +1,13 @@
-"""Where a benchmark writes what it measured, and the small summary the repository keeps of it.
+"""What the benchmarks measured: the summary each writes, and docs/measurements.md generated from the kept ones.
 
 Every script in benchmarks/ takes `--out-dir` (default `.runinfra/benchmarks/<script>/`, git-ignored, outside the
 source tree) for its raw outputs and writes there `summary.json`: the figures it reports, with the command line,
-the commit and the machine that produced them. `--keep` also writes the summary to
-`benchmarks/results/<script>.json`, the one the repository keeps and that docs/measurements.md and the constants
-derived from a measurement cite. Run the scripts from the repository root."""
+the commit and the machine that produced them, and the paths of its headline figures. `--keep` also writes the
+summary to `benchmarks/results/<script>.json`, the one the repository keeps and that the constants derived from a
+measurement cite. Run the scripts from the repository root.
+
+    python -m runinfra_opt.measurements [--check]   # write docs/measurements.md (--check: exit 1 if stale)
+"""
 
 from __future__ import annotations
 
@@ -115,11 +118,16 @@ def machine() -> dict[str, Any]:
 
 
 def write_summary(
-    args: argparse.Namespace, figures: dict[str, Any], argv: Sequence[str] | None = None, kept: str | None = None
+    args: argparse.Namespace,
+    figures: dict[str, Any],
+    argv: Sequence[str] | None = None,
+    kept: str | None = None,
+    headline: Sequence[Sequence[str]] = (),
 ) -> Path:
     """Write `summary.json` into the run's output directory, and with `--keep` the kept one,
     `benchmarks/results/<kept>.json` (default: the script's name; a script whose modes report different figures
-    keeps one per mode); its path."""
+    keeps one per mode); its path. `headline`: the figures docs/measurements.md shows, as paths of keys into
+    `figures` (`*` for every key or item)."""
     name = args.benchmark
     kept = kept or name
     record = {
@@ -129,6 +137,7 @@ def write_summary(
         "commit": git_commit(),
         "machine": machine(),
         "raw": str(args.out_dir),
+        "headline": [list(path) for path in headline],
         "figures": figures,
     }
     text = json.dumps(record, indent=1) + "\n"
@@ -140,3 +149,145 @@ def write_summary(
     else:
         print(f"summary: {path}")
     return path
+
+
+# ---- docs/measurements.md, generated from the kept summaries -------------------------------------------------
+
+PAGE = REPO / "docs" / "measurements.md"
+MAX_DEPTH = 3
+"""Figures nested deeper than this are counted on the page, not listed: the summary holds them."""
+MAX_ROWS = 24
+"""At most this many figures a summary on the page; the rest are counted and stay in the summary."""
+
+
+def _value(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    if isinstance(value, list):
+        if all(not isinstance(item, dict | list) for item in value):
+            return ", ".join(_value(item) for item in value) or "none"
+        if all(isinstance(item, list) and len(item) <= 4 for item in value):
+            return "; ".join(_value(item) for item in value)
+        return f"{len(value)} entries"
+    if isinstance(value, dict):
+        return f"{len(value)} figures"
+    return "none" if value is None else str(value).replace("|", "/").replace("\n", " ")
+
+
+def _rows(figures: dict[str, Any], prefix: str = "", depth: int = 1) -> list[tuple[str, str]]:
+    """Every figure to `MAX_DEPTH`, by its path of keys."""
+    rows: list[tuple[str, str]] = []
+    for key, value in figures.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict) and value and depth < MAX_DEPTH:
+            rows.extend(_rows(value, f"{name}.", depth + 1))
+        else:
+            rows.append((name, _value(value)))
+    return rows
+
+
+def _short(key: str) -> str:
+    """A key on the page: a file path's last part (the summaries key some figures by run directory)."""
+    return Path(key).name if key.startswith(("/", ".", "benchmarks/")) else key
+
+
+def _item(item: Any, index: int) -> str:
+    """A list item's name on the page: its own name, run or variant (and mode), else its index."""
+    if isinstance(item, dict):
+        named = next((str(item[key]) for key in ("name", "run", "variant") if key in item), str(index))
+        return _short(named) + (f"/{item['mode']}" if "mode" in item else "")
+    return str(index)
+
+
+def _matches(node: Any, path: Sequence[str], label: tuple[str, ...] = ()) -> list[tuple[str, str]]:
+    """The figures under `node` at `path` (`*`: every key or item), each with its label."""
+    if not path:
+        return [(".".join(label), _value(node))]
+    head, rest = path[0], path[1:]
+    if head == "*" and isinstance(node, dict):
+        return [row for key, value in node.items() for row in _matches(value, rest, (*label, _short(key)))]
+    if head == "*" and isinstance(node, list):
+        return [row for i, value in enumerate(node) for row in _matches(value, rest, (*label, _item(value, i)))]
+    if isinstance(node, dict) and head in node:
+        return _matches(node[head], rest, (*label, head))
+    return []
+
+
+def _listed(value: Any, empty: str) -> str:
+    if isinstance(value, list):
+        return ", ".join(str(item) for item in value) or empty
+    return str(value or empty)
+
+
+def _machine(record: dict[str, Any]) -> str:
+    """CPU, cores, the CPU's vector extensions and the GPUs, as the summary recorded them."""
+    machine = record.get("machine")
+    if not isinstance(machine, dict):
+        return f"machine {machine or NOT_RECORDED}"
+    return "; ".join([
+        str(machine.get("cpu", NOT_RECORDED)),
+        f"{machine.get('cores', NOT_RECORDED)} cores",
+        _listed(machine.get("cpu_extensions"), "no avx512"),
+        _listed(machine.get("gpus"), "no GPU"),
+    ])  # fmt: skip
+
+
+def _commit(commit: str) -> str:
+    """A full hash shortened to 12 characters; a note kept whole."""
+    head, _, dirty = commit.partition("+")
+    full = len(head) == 40 and all(c in "0123456789abcdef" for c in head)
+    return f"{head[:12]}{'+' + dirty if dirty else ''}" if full else commit
+
+
+def section(path: Path) -> str:
+    """One kept summary as the page shows it: its command, commit, machine and a table of its figures."""
+    record = json.loads(path.read_text(encoding="utf-8"))
+    headline = record.get("headline") or []
+    rows = [row for pattern in headline for row in _matches(record["figures"], pattern)]
+    rows = rows or _rows(record["figures"])
+    shown, rest = rows[:MAX_ROWS], len(rows) - MAX_ROWS
+    lines = [
+        f"## {path.stem}",
+        "",
+        f"`{record['command']}`; commit {_commit(str(record['commit']))}, {record['date'][:10]}; {_machine(record)}.",
+        "",
+        "| figure | value |",
+        "|---|---|",
+        *(f"| {name} | {value} |" for name, value in shown),
+    ]
+    if rest > 0:
+        lines += ["", f"{rest} more in `benchmarks/results/{path.name}`."]
+    return "\n".join(lines) + "\n"
+
+
+def render(results: Path | None = None) -> str:
+    """docs/measurements.md: a header, then one section per kept summary, by name."""
+    results = results or RESULTS
+    head = (
+        "# Measurements\n\n"
+        "Generated from `benchmarks/results/*.json` by `python -m runinfra_opt.measurements`; do not edit. Each\n"
+        "benchmark in `benchmarks/` writes its raw outputs under `--out-dir` (default `.runinfra/benchmarks/NAME/`)\n"
+        "and, with `--keep`, the summary the repository keeps: commit it and regenerate this page. Superseded\n"
+        "figures live in git (`git log -p benchmarks/results/NAME.json`).\n"
+    )
+    return "\n".join([head, *(section(path) for path in sorted(results.glob("*.json")))])
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Write docs/measurements.md, or with `--check` exit 1 when it differs from what the summaries give."""
+    parser = argparse.ArgumentParser(prog="python -m runinfra_opt.measurements", description=main.__doc__)
+    parser.add_argument("--check", action="store_true", help="exit 1 if docs/measurements.md is stale")
+    args = parser.parse_args(argv)
+    page = render()
+    if args.check:
+        if not PAGE.is_file() or PAGE.read_text(encoding="utf-8") != page:
+            print(f"{PAGE} is stale: run python -m runinfra_opt.measurements", file=sys.stderr)
+            return 1
+        return 0
+    PAGE.write_text(page, encoding="utf-8")
+    print(f"wrote {PAGE}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -71,9 +71,9 @@ LONGEST_QUIET = (
     "test_kschedule_served.py",
 )
 """The quiet files that take longest, longest first (each 1-3 minutes in a full suite, mostly waiting on the
-stand-in server: docs/measurements.md, Experiments without a script, 2026-12-07 05:32 and 06:15). The quiet files
-are the suite's tail, where the three workers take the next file as they finish one: the long ones handed out
-first and the short ones last end the three workers close together."""
+stand-in server: `git show e14cd7e:docs/measurements.md`, Experiments without a script, 2026-12-07 05:32 and
+06:15). The quiet files are the suite's tail, where the three workers take the next file as they finish one:
+the long ones handed out first and the short ones last end the three workers close together."""
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -4,8 +4,8 @@ themselves, on results built in code: tests/test_kschedule.py.
 
 Quiet (tests/conftest.py): each level here is 12 short requests, under a second of timing, so one stall of a few
 tenths of a second in a fixed k's level (a machine busy with real vLLM servers) drags the lower bound of its ratio
-to the baseline below another k's, and the rule's choices, rightly, change (docs/measurements.md, Experiments
-without a script, 2026-12-07 03:20)."""
+to the baseline below another k's, and the rule's choices, rightly, change (`git show
+e14cd7e:docs/measurements.md`, Experiments without a script, 2026-12-07 03:20)."""
 
 from __future__ import annotations
 

@@ -410,12 +410,12 @@ def test_the_prediction_of_the_stand_in_server_is_within_15_percent(
     """Every draft is accepted on the stand-in, so k 4 emits 5 tokens a step (the last one fewer). Its table is its
     formula, which leaves out its own HTTP and Python cost (about 0.3 ms a chunk on an idle machine, 2 ms at 4 in
     flight on a busy one): the raw prediction may miss by that, and by more on the baseline's 40 chunks than on k 4's
-    8, so the raw speedup too (docs/measurements.md, Experiments without a script, 2026-12-07 04:10). Once the
-    baseline's runs calibrate each level, as optimize does (the baseline's own calibrated figure within 2%), k 4's
-    tokens/s and its speedup over the baseline must be within 15% at 1 and 4 in flight. Both servers run side by
-    side and are measured A B A B, so that a change in the machine's load between them does not pass for a
-    prediction error; each server's faster run counts (in a full suite a stall once slowed one of k 4's runs, and k 4
-    measured 17% under its prediction at 1 in flight)."""
+    8, so the raw speedup too (`git show e14cd7e:docs/measurements.md`, Experiments without a script, 2026-12-07
+    04:10). Once the baseline's runs calibrate each level, as optimize does (the baseline's own calibrated figure
+    within 2%), k 4's tokens/s and its speedup over the baseline must be within 15% at 1 and 4 in flight. Both
+    servers run side by side and are measured A B A B, so that a change in the machine's load between them does not
+    pass for a prediction error; each server's faster run counts (in a full suite a stall once slowed one of k 4's
+    runs, and k 4 measured 17% under its prediction at 1 in flight)."""
     monkeypatch.setenv("FAKE_VLLM_STEP", "batch")
     table = _fake_table()
     output_tokens, prompt_tokens = 40, 12

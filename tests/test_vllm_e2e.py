@@ -434,9 +434,10 @@ def test_a_draft_variant_is_predicted_launched_and_faster_than_the_baseline(
     # The gain, not tokens/s: the ratio to the baseline timed beside it is what the ranking used. "Near" is a factor
     # of 1.6 either way, not the predictor's accuracy (benchmarks/predictor_accuracy.py measures that alone under the
     # CPU lock): the tables are measured minutes before the timing, and on two cores shared with the other test
-    # workers the draft's cost relative to the target's moves with their load (docs/measurements.md, Experiments
-    # without a script, 2026-12-07 03:00, where a run of this test re-predicted shows that leaving the draft's cost
-    # out, or counting it twice, falls outside these bounds on a quiet machine).
+    # workers the draft's cost relative to the target's moves with their load (`git show
+    # e14cd7e:docs/measurements.md`, Experiments without a script, 2026-12-07 03:00, where a run of this test
+    # re-predicted shows that leaving the draft's cost out, or counting it twice, falls outside these bounds on a
+    # quiet machine).
     assert best.measured is not None
     assert best.disqualified is None
     assert best.measured.speedup is not None
