@@ -156,7 +156,7 @@ def write_summary(
 PAGE = REPO / "docs" / "measurements.md"
 MAX_DEPTH = 3
 """Figures nested deeper than this are counted on the page, not listed: the summary holds them."""
-MAX_ROWS = 24
+MAX_ROWS = 16
 """At most this many figures a summary on the page; the rest are counted and stay in the summary."""
 
 
@@ -265,10 +265,8 @@ def render(results: Path | None = None) -> str:
     results = results or RESULTS
     head = (
         "# Measurements\n\n"
-        "Generated from `benchmarks/results/*.json` by `python -m runinfra_opt.measurements`; do not edit. Each\n"
-        "benchmark in `benchmarks/` writes its raw outputs under `--out-dir` (default `.runinfra/benchmarks/NAME/`)\n"
-        "and, with `--keep`, the summary the repository keeps: commit it and regenerate this page. Superseded\n"
-        "figures live in git (`git log -p benchmarks/results/NAME.json`).\n"
+        "Generated from `benchmarks/results/*.json` (each benchmark's `--keep`) by\n"
+        "`python -m runinfra_opt.measurements`; do not edit. Superseded figures live in git.\n"
     )
     return "\n".join([head, *(section(path) for path in sorted(results.glob("*.json")))])
 
