@@ -149,6 +149,7 @@ def main() -> int:
     parser.add_argument("--confirm", type=int, default=3)
     parser.add_argument("--vllm-python", default=None)
     parser.add_argument("--out", type=Path, default=None, help="the report (default: OUT_DIR/report.json)")
+    parser.add_argument("--work", type=Path, default=None, help="keep the replayed copies here (default: deleted)")
     measurements.add_output_options(parser, __file__)
     args = parser.parse_args()
     runs = []
@@ -160,9 +161,11 @@ def main() -> int:
         return 2
     report = []
     with tempfile.TemporaryDirectory(prefix="confirm-replay-") as tmp:
+        work = args.work or Path(tmp)
+        work.mkdir(parents=True, exist_ok=True)
         for run in runs:
             for mode in ("at-once", "sequential"):
-                entry = replay(run, Path(tmp), mode, args.confirm, args.vllm_python)
+                entry = replay(run, work, mode, args.confirm, args.vllm_python)
                 report.append(entry)
                 print(
                     f"{run.name} {mode}: {entry['servers']} servers, candidates {', '.join(entry['candidates'])}; "

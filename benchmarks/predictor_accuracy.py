@@ -38,7 +38,7 @@ decision between two servers does. `benchmarks/repredict.py` re-predicts the rec
 `--exhaustive-of RAW_DIR` runs the predictive strategy only, against the exhaustive runs recorded there (an hour
 per workload saved; the report names them and both runs' baseline speeds, to show whether the machine compares).
 `--lab-pair DIR` checks draft models where a draft is good (issue 40): the target is the lab pair's
-(benchmarks/lab_pair.py, built or reused in DIR) and the space its draft over LAB_SPACE (`--lookaheads` to narrow
+(tests/lab_pair.py, built or reused in DIR) and the space its draft over LAB_SPACE (`--lookaheads` to narrow
 it), on either engine; kept as predictor_accuracy-lab.json / predictor_accuracy-lab-vllm.json.
 Before anything is timed, one baseline server is launched and stopped (`warm_s`): vLLM's compile cache is then
 warm for every timed launch, whichever strategy comes first.
@@ -61,8 +61,14 @@ from runinfra_opt.engine.registry import EngineSetup
 from runinfra_opt.engine.vllm.options import VllmOptions
 from runinfra_opt.optimize.config import OptimizeConfig, parse_repeats
 from runinfra_opt.optimize.pipeline import run_optimize
-from runinfra_opt.report.accuracy import family_rankings, kendall_tau, level_prediction_errors, prediction_errors
-from runinfra_opt.results import Interval, RunResults, load_results
+from runinfra_opt.report.accuracy import (
+    decision_entry,
+    family_rankings,
+    interval_entry,
+    prediction_errors,
+    serving_entry,
+)
+from runinfra_opt.results import RunResults, load_results
 
 HEADLINE = [
     ("workloads", "*", "predictive", "winner"),
@@ -97,7 +103,7 @@ VLLM_SPACE: dict[str, Any] = {
 
 
 LAB_SPACE: dict[str, Any] = {"methods": ("draft",), "lookaheads": (2, 3, 4)}
-"""`--lab-pair`: the lab pair's draft (benchmarks/lab_pair.py) at three lookaheads, on either engine."""
+"""`--lab-pair`: the lab pair's draft (tests/lab_pair.py) at three lookaheads, on either engine."""
 
 
 def _tokens_per_s(results: RunResults, name: str, kind: str) -> float | None:
@@ -108,14 +114,16 @@ def _tokens_per_s(results: RunResults, name: str, kind: str) -> float | None:
 
 def _space(args: argparse.Namespace) -> dict[str, Any]:
     if args.lab_pair is not None:
-        return LAB_SPACE | {"drafts": (str(args.lab_pair / "draft"),)} | _lookaheads(args)
+        return LAB_SPACE | {"drafts": (str(args.lab_pair / "draft"),)} | _overrides(args)
     if args.engine == "vllm":
-        return VLLM_SPACE | _lookaheads(args)
-    return SPACE | {"exit_layers": tuple(args.exit_layers)} | _lookaheads(args)
+        return VLLM_SPACE | _overrides(args)
+    return SPACE | {"exit_layers": tuple(args.exit_layers)} | _overrides(args)
 
 
-def _lookaheads(args: argparse.Namespace) -> dict[str, Any]:
-    return {"lookaheads": tuple(args.lookaheads)} if args.lookaheads else {}
+def _overrides(args: argparse.Namespace) -> dict[str, Any]:
+    """`--lookaheads` and `--ngram-max`, where given, in place of the space's own."""
+    given = {"lookaheads": args.lookaheads, "ngram_max": args.ngram_max}
+    return {key: tuple(values) for key, values in given.items() if values}
 
 
 def _vllm_setup(args: argparse.Namespace) -> EngineSetup:
@@ -149,10 +157,6 @@ def run_one(workload: str, strategy: str, args: argparse.Namespace, root: Path) 
     return results, time.perf_counter() - start
 
 
-def _interval(interval: Interval | None) -> dict[str, float] | None:
-    if interval is None:
-        return None
-    return {"value": round(interval.value, 4), "low": round(interval.low, 4), "high": round(interval.high, 4)}
 
 
 def _the_two_winners(
@@ -196,7 +200,7 @@ def _ratio_entry(
         wall_s=round(time.perf_counter() - start, 1),
         predictive_tokens_per_s=round(stats.tokens_per_s(records[p_name]), 2),
         exhaustive_tokens_per_s=round(stats.tokens_per_s(records[e_name]), 2),
-        ratio=_interval(stats.throughput_ratio(records[p_name], records[e_name], seed=0)),
+        ratio=interval_entry(stats.throughput_ratio(records[p_name], records[e_name], seed=0)),
         note=note,
     )
     return entry
@@ -276,140 +280,8 @@ def serving_head_to_head(
     )
 
 
-def _decision_entry(results: RunResults, wall_s: float) -> dict[str, Any]:
-    assert results.decision is not None
-    return {
-        "winner": results.decision.winner,
-        "gain": _interval(results.decision.gain),
-        "reason": results.decision.reason,
-        "certainty": results.certainty.summary if results.certainty else None,
-        "added_repeats": len(results.plan.added) if results.plan else 0,
-        "remeasured_repeats": list(results.plan.remeasured) if results.plan else [],
-        "wall_s": round(wall_s, 1),
-        "timings_s": {k: round(v, 1) for k, v in results.timings_s.items()},
-        "run_dir": str(Path(results.config.get("run_dir") or "")),
-        "notes": [n.text for n in results.notes],
-    }
 
 
-def _highest_level(results: RunResults) -> str | None:
-    if results.load is None or not results.load.levels:
-        return None
-    concurrency = [name for name in results.load.levels if name.startswith("concurrency:")]
-    return max(concurrency, key=lambda n: int(n.split(":")[1])) if concurrency else results.load.levels[-1]
-
-
-def launch_order_drift(results: RunResults) -> dict[str, Any] | None:
-    """Each launched variant's measured over predicted batch-1 throughput, in the order the servers were launched.
-    The predictions rest on the step costs and calibration of the baseline timed at the run's start (each variant's
-    speculative terms are fitted on the others, all times mixed), so a trend along the launches is the machine's
-    speed changing during the run (or a predictor bias that follows the grid's order: n, then k, rises along it).
-    Kendall's tau against the launch index and the medians of the two halves: 2026-12-04f's exhaustive run (the
-    host sped up 25%) gives 0.45 and 0.948 / 1.075, 2026-12-04e's (steady) 0.18 and 0.985 / 0.986."""
-    import statistics
-
-    order, ratios = [], []
-    for launch in results.launches:
-        vr = results.variant(str(launch.get("variant")))
-        if vr is None or vr.name == "baseline" or vr.measured is None or vr.predicted is None:
-            continue
-        if vr.measured.tokens_per_s and vr.predicted.tokens_per_s:
-            order.append(vr.name)
-            ratios.append(vr.measured.tokens_per_s / vr.predicted.tokens_per_s)
-    if len(ratios) < 4:
-        return None
-    half = len(ratios) // 2
-    tau = kendall_tau(list(range(len(ratios))), ratios)
-    return {
-        "launch_order": order,
-        "measured_over_predicted": [round(r, 3) for r in ratios],
-        "kendall_tau": None if tau is None else round(tau, 3),
-        "first_half_median": round(statistics.median(ratios[:half]), 3),
-        "second_half_median": round(statistics.median(ratios[half:]), 3),
-    }
-
-
-def _paired_tps(results: RunResults, name: str) -> float | None:
-    """`name`'s batch-1 tokens/s as the decision ranks it: for a variant timed beside the baseline, its paired
-    ratio times the baseline's own tokens/s (`stats.comparable_tokens_per_s`); None when it was not paired."""
-    from runinfra_opt import stats
-
-    vr, base = results.variant(name), results.variant("baseline")
-    if vr is None or base is None or not vr.measured_requests:
-        return None
-    if name == "baseline":
-        return stats.tokens_per_s(stats.own_repeats(base.measured_requests))
-    if all(r.trial is None for r in vr.measured_requests):
-        return None
-    return stats.comparable_tokens_per_s(vr.measured_requests, base.measured_requests)
-
-
-def serving_entry(
-    predictive: RunResults, exhaustive: RunResults, predictive_s: float, exhaustive_s: float
-) -> dict[str, Any]:
-    """Issue 13's figures for one workload (see the module's docstring)."""
-    assert predictive.decision is not None
-    assert exhaustive.decision is not None
-    highest = _highest_level(exhaustive)
-    p_levels, e_levels = level_prediction_errors(predictive), level_prediction_errors(exhaustive)
-    confirmed = {v.name for v in predictive.variants if v.confirmed and v.name != "baseline"}
-    batch1 = [r for r in prediction_errors(predictive) if r["variant"] in confirmed]
-    at_highest = [r for r in p_levels if r["variant"] in confirmed and r["level"] == highest]
-    p_winner, e_winner = predictive.decision.winner, exhaustive.decision.winner
-    inside: dict[str, Any] = {}
-    for kind, level in (("batch1", None), ("highest_level", highest)):
-        def tps(name: str, level: str | None = level) -> float | None:
-            vr = exhaustive.variant(name)
-            if vr is None:
-                return None
-            if level is None:
-                return vr.measured.tokens_per_s if vr.measured else None
-            found = [lr.metrics.output_tokens_per_s for lr in vr.load if lr.level == level]
-            return found[0].value if found and found[0] is not None else None
-
-        mine, best = tps(p_winner), tps(e_winner)
-        inside[kind] = {
-            "level": level,
-            "predictive_winner_tokens_per_s": mine,
-            "exhaustive_winner_tokens_per_s": best,
-            "ratio": round(mine / best, 4) if mine and best else None,
-        }
-        if level is None:  # timed beside the baseline: the two picks' paired figures at the baseline's speed
-            paired = _paired_tps(exhaustive, p_winner), _paired_tps(exhaustive, e_winner)
-            if paired[0] and paired[1]:
-                inside[kind]["paired_ratio"] = round(paired[0] / paired[1], 4)
-    e_all = [r["abs_error"] for r in prediction_errors(exhaustive) if r["variant"] != "baseline"]
-    e_high = [r["abs_error"] for r in e_levels if r["level"] == highest and r["variant"] != "baseline"]
-    return {
-        "highest_level": highest,
-        "predictive": {
-            **_decision_entry(predictive, predictive_s),
-            "servers": [launch.get("variant") for launch in predictive.launches],
-            "confirmed_batch1_errors": batch1,
-            "confirmed_highest_level_errors": at_highest,
-            "confirmed_level_errors": [r for r in p_levels if r["variant"] in confirmed],
-            "max_batch1_error": max((r["abs_error"] for r in batch1), default=None),
-            "max_batch1_paired_error": max(
-                (r["paired_abs_error"] for r in batch1 if r.get("paired_abs_error") is not None), default=None
-            ),
-            "max_highest_level_error": max((r["abs_error"] for r in at_highest), default=None),
-            "spec_overhead": predictive.cost_model.get("spec_overhead"),
-        },
-        "exhaustive": {
-            **_decision_entry(exhaustive, exhaustive_s),
-            "servers": len(exhaustive.launches),
-            "all_batch1_errors": prediction_errors(exhaustive),
-            "all_level_errors": e_levels,
-            "batch1_within_10pct": f"{sum(e <= 0.10 for e in e_all)}/{len(e_all)}",
-            "highest_level_within_15pct": f"{sum(e <= 0.15 for e in e_high)}/{len(e_high)}",
-            "family_rankings": [f.to_dict() for f in family_rankings(exhaustive)],
-            "spec_overhead": exhaustive.cost_model.get("spec_overhead"),
-            "drift": launch_order_drift(exhaustive),
-        },
-        "same_winner": p_winner == e_winner,
-        "predictive_winner_inside_exhaustive": inside,
-        "wall_time_ratio": round(predictive_s / exhaustive_s, 3) if exhaustive_s else None,
-    }
 
 
 def _save(report: dict[str, Any], args: argparse.Namespace, workload: str | None = None, entry: Any = None) -> None:
@@ -495,7 +367,7 @@ def main() -> int:
     parser.add_argument("--vllm-python", default=None, help="vllm: a vLLM environment's python (default: installed).")
     parser.add_argument(
         "--h2h-of", type=Path, default=None,
-        help="vllm: only the head-to-head, of the runs recorded in this --raw-dir of an earlier report.",
+        help="only the head-to-head, of the runs recorded in this --raw-dir of an earlier report.",
     )  # fmt: skip
     parser.add_argument(
         "--exhaustive-of", type=Path, default=None,
@@ -505,10 +377,11 @@ def main() -> int:
     parser.add_argument(
         "--lab-pair", type=Path, default=None,
         help="check draft models where a draft is good: build (or reuse) the lab pair in this directory "
-        "(benchmarks/lab_pair.py), time its target with its draft over LAB_SPACE; kept as predictor_accuracy-lab"
+        "(tests/lab_pair.py), time its target with its draft over LAB_SPACE; kept as predictor_accuracy-lab"
         "[-vllm].json",
     )  # fmt: skip
     parser.add_argument("--lookaheads", type=int, nargs="+", default=None, help="Override the space's lookaheads.")
+    parser.add_argument("--ngram-max", type=int, nargs="+", default=None, help="Override the space's n-gram sizes.")
     parser.add_argument("--confirm", type=int, default=3, help="optimize --confirm of the predictive runs.")
     parser.add_argument("--out", type=Path, default=None, help="The report (JSON; default: OUT_DIR/STAMP.json).")
     parser.add_argument("--raw-dir", type=Path, default=None, help="Run directories (default: OUT_DIR/STAMP).")
@@ -567,6 +440,14 @@ def main() -> int:
     )
     report["cost_model_s"] = round(time.perf_counter() - start, 1)
     for workload in _workload_names(args.workloads):
+        if args.h2h_of is not None:  # the head-to-head only, of two recorded runs
+            predictive, exhaustive = (
+                load_results(args.h2h_of / f"{Path(workload).stem}-{strategy}" / "results.json")
+                for strategy in ("predictive", "exhaustive")
+            )
+            entry = {"of": str(args.h2h_of), "head_to_head": head_to_head(workload, predictive, exhaustive, args)}
+            _save(report, args, workload, entry)
+            continue
         predictive, predictive_s = run_one(workload, "predictive", args, root)
         exhaustive, exhaustive_s = run_one(workload, "exhaustive", args, root)
         assert predictive.decision is not None
@@ -577,12 +458,12 @@ def main() -> int:
         entry = {
             "requests": predictive.workload.used_requests if predictive.workload else None,
             "predictive": {
-                **_decision_entry(predictive, predictive_s),
+                **decision_entry(predictive, predictive_s),
                 "confirmed_errors": confirmed_errors,
                 "max_abs_error": max((r["abs_error"] for r in confirmed_errors), default=None),
             },
             "exhaustive": {
-                **_decision_entry(exhaustive, exhaustive_s),
+                **decision_entry(exhaustive, exhaustive_s),
                 "variants_timed": sum(1 for v in exhaustive.variants if v.confirmed),
                 "all_errors": all_errors,
                 "within_10pct": f"{sum(e <= 0.10 for e in errs)}/{len(errs)}",
@@ -599,6 +480,9 @@ def main() -> int:
     measurements.write_summary(args, summary_figures(report), kept=_kept(args), headline=HEADLINE)
     print("\nsummary:")
     for workload, entry in report["workloads"].items():
+        if "exhaustive" not in entry:
+            print(f"  {workload}: head to head {entry['head_to_head'].get('ratio')}")
+            continue
         taus = ", ".join(
             f"{f['method']} {f['kendall_tau']} (ranking {f['kendall_tau_ranking']}, n={f['variants']})"
             for f in entry["exhaustive"]["family_rankings"]

@@ -6,23 +6,22 @@ stand-in mean nothing; the sweep's rule and the summary's arithmetic are checked
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import pytest
 
-from benchmarks import capacity_search
+from tests.benchmark_runs import run_benchmark
 from tests.test_capacity import SCALE, _rows, table_server  # noqa: F401 (a fixture)
 
 
 @pytest.mark.quiet
 @pytest.mark.usefixtures("table_server")  # the stand-in's table engine, as tests/test_capacity.py prices it
 def test_benchmark_sweeps_near_the_knee_with_pooled_runs(
-    fake_vllm: str, tiny_models: tuple[Path, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    fake_vllm: str, tiny_models: tuple[Path, Path], tmp_path: Path
 ) -> None:
     workload = tmp_path / "w.jsonl"
     workload.write_text(_rows())
-    argv = [
+    run_benchmark(
         "capacity_search.py",
         "--workload", str(workload),
         "--target", str(tiny_models[0]),
@@ -35,9 +34,7 @@ def test_benchmark_sweeps_near_the_knee_with_pooled_runs(
         "--from", "0.75", "--to", "1.25", "--step", "0.25",
         "--runs-near-knee", "2", "--near", "1",
         "--out-dir", str(tmp_path / "out"),
-    ]  # fmt: skip
-    monkeypatch.setattr(sys, "argv", argv)
-    capacity_search.main()
+    )  # fmt: skip
     kept = json.loads((tmp_path / "out" / "summary.json").read_text())
     assert kept["benchmark"] == "benchmarks/capacity_search.py"
     figures = kept["figures"]

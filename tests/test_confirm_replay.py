@@ -1,21 +1,20 @@
-"""`benchmarks/confirm_replay.py` and `predictor_accuracy.py --engine vllm --exhaustive-of` on a recorded
-exhaustive run of the stand-in server's table engine: the replay launches nothing, leaves the recorded run as it
-was, and makes its choices from the recorded figures; the predictive-only benchmark compares a new predictive
+"""`benchmarks/confirm_replay.py` and `predictor_accuracy.py --engine vllm --exhaustive-of`, run as scripts, on a
+recorded exhaustive run of the stand-in server's table engine: the replay launches nothing, leaves the recorded run
+as it was, and makes its choices from the recorded figures; the predictive-only benchmark compares a new predictive
 run with the recorded exhaustive one."""
 
 from __future__ import annotations
 
 import json
 import shutil
-import sys
 from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
 
-from benchmarks import confirm_replay, predictor_accuracy
 from runinfra_opt.cli.app import app
 from runinfra_opt.results import load_results
+from tests.benchmark_runs import run_benchmark
 from tests.test_optimize_vllm_predict import COST, PROMPTS
 
 
@@ -46,10 +45,11 @@ def test_replay_and_the_predictive_only_benchmark_on_a_recorded_exhaustive_run(
     servers = sorted(p.name for p in (run_dir / "servers").glob("*.log"))
     assert len(servers) == 3  # the baseline and two variants
 
-    work = tmp_path / "work"
-    work.mkdir()
-    at_once = confirm_replay.replay(run_dir, work, "at-once", 2, fake_vllm)
-    one_by_one = confirm_replay.replay(run_dir, work, "sequential", 2, fake_vllm)
+    work, replays = tmp_path / "work", tmp_path / "replays.json"
+    run_benchmark("confirm_replay.py", str(run_dir), "--confirm", "2", "--vllm-python", fake_vllm, "--work", str(work),
+               "--out", str(replays), "--out-dir", str(tmp_path / "replay-out"))  # fmt: skip
+    at_once, one_by_one = json.loads(replays.read_text())
+    assert (at_once["mode"], one_by_one["mode"]) == ("at-once", "sequential")
     assert (run_dir / "results.json").read_bytes() == before
     assert sorted(p.name for p in (run_dir / "servers").glob("*.log")) == servers
     for entry, copy in ((at_once, work / "tiny-exhaustive-at-once"), (one_by_one, work / "tiny-exhaustive-sequential")):
@@ -78,16 +78,11 @@ def test_replay_and_the_predictive_only_benchmark_on_a_recorded_exhaustive_run(
     # predictor_accuracy --exhaustive-of: only the predictive run is made; the recorded exhaustive run stands in.
     shutil.copytree(run_dir, tmp_path / "recorded-copy")
     out = tmp_path / "report.json"
-    argv = ["predictor_accuracy.py", "--engine", "vllm", "--vllm-python", fake_vllm, "--workloads", str(workload),
-            "--target", str(tiny_models[0]), "--exhaustive-of", str(recorded), "--requests", "8",
-            "--max-tokens", "12", "--repeats", "1", "--h2h-repeats", "0", "--load", "none",
-            "--out", str(out), "--raw-dir", str(tmp_path / "raw"), "--out-dir", str(tmp_path / "out")]  # fmt: skip
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(sys, "argv", argv)
-        mp.setattr(
-            predictor_accuracy, "VLLM_SPACE", {"methods": ("vllm_ngram",), "ngram_max": (3,), "lookaheads": (2, 8)}
-        )
-        assert predictor_accuracy.main() == 0
+    run_benchmark("predictor_accuracy.py", "--engine", "vllm", "--vllm-python", fake_vllm, "--workloads", str(workload),
+               "--target", str(tiny_models[0]), "--exhaustive-of", str(recorded), "--requests", "8",
+               "--max-tokens", "12", "--repeats", "1", "--h2h-repeats", "0", "--load", "none",
+               "--ngram-max", "3", "--lookaheads", "2", "8",
+               "--out", str(out), "--raw-dir", str(tmp_path / "raw"), "--out-dir", str(tmp_path / "out"))  # fmt: skip
     assert (run_dir / "results.json").read_bytes() == before
     assert not (tmp_path / "raw" / "tiny-exhaustive").exists()
     entry = json.loads(out.read_text())["workloads"][str(workload)]

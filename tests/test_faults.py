@@ -1,5 +1,6 @@
-"""The fault matrix's cells that run in under a minute (benchmarks/faults.py runs them all): each through the real
-CLI in a process of its own, checked for its exit code, time to exit, status, processes left and data lost."""
+"""The fault matrix's cells that run in under a minute (tests/fault_matrix.py; benchmarks/faults.py runs them all):
+each through the real CLI in a process of its own, checked for its exit code, time to exit, status, processes left
+and data lost."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.faults import EXIT_LIMIT_S, Bench
+from tests.fault_matrix import EXIT_LIMIT_S, Bench
 
 
 @pytest.fixture(scope="module")

@@ -1,18 +1,17 @@
-"""`benchmarks/predictor_accuracy.py` end to end on the tiny models: both strategies, the per-family Kendall tau,
-the head-to-head of the two winners and the report file, so that a long run on a quiet machine cannot fail
-at its end. (Figures on tiny models mean nothing; the structure and the pairing are checked.)"""
+"""`benchmarks/predictor_accuracy.py` end to end on the tiny models, run as a script: both strategies, the
+per-family Kendall tau, the head-to-head of the two winners and the report file, so that a long run on a quiet
+machine cannot fail at its end; `repredict.py` on its runs. (Figures on tiny models mean nothing; the structure and
+the pairing are checked.)"""
 
 from __future__ import annotations
 
 import json
-import sys
+import shutil
 from pathlib import Path
 from typing import Any
 
-import pytest
-
-from benchmarks import predictor_accuracy
 from runinfra_opt.results import load_results
+from tests.benchmark_runs import run_benchmark
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 
@@ -23,13 +22,34 @@ WORKLOAD = [
 ]
 
 
-def test_benchmark_runs_both_strategies_and_the_head_to_head(
-    tiny_models: tuple[Path, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def _recorded_with_other_winners(raw: Path, recorded: Path, workload: str) -> str:
+    """Copy the two runs under `raw` into `recorded` (as `--h2h-of` reads them), the exhaustive run's winner changed
+    to another confirmed variant than the predictive winner, so that the head-to-head has two winners to time; that
+    variant's name."""
+    stem = Path(workload).stem
+    for strategy in ("predictive", "exhaustive"):
+        shutil.copytree(raw / f"{stem}-{strategy}", recorded / f"{stem}-{strategy}")
+    predictive = load_results(recorded / f"{stem}-predictive" / "results.json")
+    exhaustive_file = recorded / f"{stem}-exhaustive" / "results.json"
+    exhaustive = load_results(exhaustive_file)
+    assert predictive.decision is not None
+    assert exhaustive.decision is not None
+    other = next(
+        v.name
+        for v in exhaustive.variants
+        if (v.confirmed or v.measured is not None) and v.name not in (predictive.decision.winner, "baseline")
+    )
+    data = json.loads(exhaustive_file.read_text(encoding="utf-8"))
+    data["decision"]["winner"] = other
+    exhaustive_file.write_text(json.dumps(data), encoding="utf-8")
+    return other
+
+
+def test_benchmark_runs_both_strategies_and_the_head_to_head(tiny_models: tuple[Path, Path], tmp_path: Path) -> None:
     workload = tmp_path / "tiny.jsonl"
     workload.write_text("".join(json.dumps(r) + "\n" for r in WORKLOAD), encoding="utf-8")
     out, raw = tmp_path / "report.json", tmp_path / "raw"
-    argv = [
+    run_benchmark(
         "predictor_accuracy.py",
         "--workloads", str(workload),
         "--target", str(tiny_models[0]),
@@ -42,9 +62,7 @@ def test_benchmark_runs_both_strategies_and_the_head_to_head(
         "--out", str(out),
         "--raw-dir", str(raw),
         "--out-dir", str(tmp_path / "out"),
-    ]  # fmt: skip
-    monkeypatch.setattr(sys, "argv", argv)
-    assert predictor_accuracy.main() == 0
+    )  # fmt: skip
     report = json.loads(out.read_text())
     entry = report["workloads"][str(workload)]
     assert entry["requests"] == 2
@@ -60,15 +78,16 @@ def test_benchmark_runs_both_strategies_and_the_head_to_head(
     assert kept["benchmark"] == "benchmarks/predictor_accuracy.py"
     assert kept["figures"]["workloads"][str(workload)]["wall_time_ratio"] == entry["wall_time_ratio"]
 
-    # Two different winners are timed against each other on the same requests, interleaved and paired.
-    predictive = load_results(raw / "tiny-predictive" / "results.json")
-    exhaustive = load_results(raw / "tiny-exhaustive" / "results.json")
-    assert predictive.decision is not None
-    assert exhaustive.decision is not None
-    other = next(v.name for v in exhaustive.variants if v.confirmed and v.name != predictive.decision.winner)
-    exhaustive.decision.winner = other
-    args = predictor_accuracy.argparse.Namespace(target=str(tiny_models[0]), threads=1, max_tokens=8, h2h_repeats=2)
-    h2h = predictor_accuracy.head_to_head(str(workload), predictive, exhaustive, args)
+    # --h2h-of: two different winners are timed against each other on the same requests, interleaved and paired.
+    recorded = tmp_path / "recorded"
+    other = _recorded_with_other_winners(raw, recorded, str(workload))
+    h2h_out = tmp_path / "h2h.json"
+    run_benchmark(
+        "predictor_accuracy.py", "--workloads", str(workload), "--target", str(tiny_models[0]), "--threads", "1",
+        "--max-tokens", "8", "--h2h-repeats", "2", "--exit-layers", "2", "--h2h-of", str(recorded),
+        "--out", str(h2h_out), "--raw-dir", str(tmp_path / "raw2"), "--out-dir", str(tmp_path / "out2"),
+    )  # fmt: skip
+    h2h = json.loads(h2h_out.read_text())["workloads"][str(workload)]["head_to_head"]
     assert h2h["exhaustive_winner"] == other
     assert h2h["requests"] == 2
     assert h2h["repeats"] == 2
@@ -79,24 +98,26 @@ def test_benchmark_runs_both_strategies_and_the_head_to_head(
 
     # benchmarks/repredict.py on the recorded exhaustive run: resumed on a copy, nothing measured again, and the
     # same predictor gives back the recorded errors (the original directory is left as it was).
-    from benchmarks import repredict
-
     before = (raw / "tiny-exhaustive" / "results.json").read_bytes()
-    (tmp_path / "work").mkdir()
-    again = repredict.repredict(raw / "tiny-exhaustive", tmp_path / "work", None)
+    again_out = tmp_path / "repredict.json"
+    run_benchmark(
+        "repredict.py", str(raw / "tiny-exhaustive"), "--out", str(again_out), "--out-dir", str(tmp_path / "out3")
+    )
+    [again] = json.loads(again_out.read_text())
     assert (raw / "tiny-exhaustive" / "results.json").read_bytes() == before
     assert again["now"]["batch1"] == again["recorded"]["batch1"]
-    recorded = load_results(raw / "tiny-exhaustive" / "results.json")
-    assert recorded.decision is not None
-    assert again["now"]["winner"] == again["recorded"]["winner"] == recorded.decision.winner
+    recorded_run = load_results(raw / "tiny-exhaustive" / "results.json")
+    assert recorded_run.decision is not None
+    assert again["now"]["winner"] == again["recorded"]["winner"] == recorded_run.decision.winner
     assert len(again["now"]["batch1"]) == 17
 
 
 def test_serving_head_to_head_alternates_fresh_launches(
     runner: Any, fake_vllm: str, tiny_models: tuple[Path, Path], tmp_path: Path
 ) -> None:
-    """The vLLM head-to-head on the stand-in server: each winner on fresh launches, A B then B A (the second B is
-    a launch of its own, not the server B just had), the same requests on each, paired by request and launch."""
+    """The vLLM head-to-head (`--h2h-of`) on the stand-in server: each winner on fresh launches, A B then B A (the
+    second B is a launch of its own, not the server B just had), the same requests on each, paired by request and
+    launch; and with one winner, nothing to launch."""
     from runinfra_opt.cli.app import app
 
     workload = tmp_path / "tiny.jsonl"
@@ -109,55 +130,53 @@ def test_serving_head_to_head_alternates_fresh_launches(
     result = runner.invoke(app, args, catch_exceptions=False)
     assert result.exit_code in (0, 4), result.output
     exhaustive = load_results(run_dir / "results.json")
-    predictive = load_results(run_dir / "results.json")
     assert exhaustive.decision is not None
-    assert predictive.decision is not None
-    other = next(v.name for v in exhaustive.variants if v.measured is not None and v.name != exhaustive.decision.winner)
-    predictive.decision.winner = other
-    h2h_args = predictor_accuracy.argparse.Namespace(
-        target=str(tiny_models[0]), max_tokens=8, h2h_repeats=2, vllm_python=fake_vllm
-    )
-    logs = tmp_path / "h2h"
-    h2h = predictor_accuracy.serving_head_to_head(str(workload), predictive, exhaustive, h2h_args, logs)
-    a, b = other, exhaustive.decision.winner
+    raw = tmp_path / "raw"
+    for strategy in ("predictive", "exhaustive"):
+        shutil.copytree(run_dir, raw / f"tiny-{strategy}")
+    recorded = tmp_path / "recorded"
+    other = _recorded_with_other_winners(raw, recorded, str(workload))
+    # the copies' roles: the predictive run keeps the real winner, the exhaustive one names `other`
+    a, b = exhaustive.decision.winner, other
+    out = tmp_path / "h2h.json"
+    run_benchmark(
+        "predictor_accuracy.py", "--engine", "vllm", "--vllm-python", fake_vllm, "--workloads", str(workload),
+        "--target", str(tiny_models[0]), "--max-tokens", "8", "--h2h-repeats", "2", "--h2h-of", str(recorded),
+        "--out", str(out), "--raw-dir", str(tmp_path / "raw2"), "--out-dir", str(tmp_path / "out2"),
+    )  # fmt: skip
+    h2h = json.loads(out.read_text())["workloads"][str(workload)]["head_to_head"]
     assert [(launch["variant"], launch["repeat"]) for launch in h2h["launches"]] == [(a, 0), (b, 0), (b, 1), (a, 1)]
-    assert len(list(logs.glob("*.log"))) == 4  # every pass on a server of its own
+    assert len(list((tmp_path / "raw2" / "tiny-head-to-head").glob("*.log"))) == 4  # every pass on its own server
     assert h2h["requests"] == 3
     ratio = h2h["ratio"]
     assert 0 < ratio["low"] <= ratio["value"] <= ratio["high"]
     assert h2h["predictive_tokens_per_s"] > 0
     assert h2h["exhaustive_tokens_per_s"] > 0
 
-    # --h2h-of: the head-to-head alone, of two runs recorded under an earlier --raw-dir (here one run twice: the
-    # same winner, nothing to launch), written into the report.
-    import shutil
-
-    recorded = tmp_path / "recorded"
+    # one run twice: the same winner, nothing to launch
+    same = tmp_path / "same"
     for strategy in ("predictive", "exhaustive"):
-        shutil.copytree(run_dir, recorded / f"tiny-{strategy}")
-    out = tmp_path / "h2h.json"
-    argv = ["predictor_accuracy.py", "--engine", "vllm", "--vllm-python", fake_vllm, "--workloads", str(workload),
-            "--target", str(tiny_models[0]), "--h2h-of", str(recorded), "--out", str(out),
-            "--raw-dir", str(tmp_path / "raw2"), "--out-dir", str(tmp_path / "out2")]  # fmt: skip
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(sys, "argv", argv)
-        assert predictor_accuracy.main() == 0
+        shutil.copytree(run_dir, same / f"tiny-{strategy}")
+    out = tmp_path / "same.json"
+    run_benchmark(
+        "predictor_accuracy.py", "--engine", "vllm", "--vllm-python", fake_vllm, "--workloads", str(workload),
+        "--target", str(tiny_models[0]), "--h2h-of", str(same), "--out", str(out),
+        "--raw-dir", str(tmp_path / "raw3"), "--out-dir", str(tmp_path / "out3"),
+    )  # fmt: skip
     entry = json.loads(out.read_text())["workloads"][str(workload)]
-    assert entry["of"] == str(recorded)
+    assert entry["of"] == str(same)
     assert entry["head_to_head"]["note"] == "same winner: nothing to measure"
 
 
 def test_launch_order_drift_reads_the_recorded_runs() -> None:
-    """The drift figure on two recorded exhaustive vLLM runs: 2026-12-04f, on a host that sped up 25% during the
-    pair (the late variants measured 1.21-1.24 of their prediction), and 2026-12-04e, on a steady one. The runs
-    are fixtures cut down from the recorded ones to what these functions read (tests/fixtures/README.md)."""
-    results = FIXTURES
-    fast = predictor_accuracy.launch_order_drift(
-        load_results(results / "predictor_accuracy-vllm-2026-12-04f" / "summarize-exhaustive" / "results.json")
-    )
-    steady = predictor_accuracy.launch_order_drift(
-        load_results(results / "predictor_accuracy-vllm-2026-12-04e" / "summarize-exhaustive" / "results.json")
-    )
+    """The drift figure on two recorded exhaustive vLLM runs: one on a host that sped up 25% during the pair (the
+    late variants measured 1.21-1.24 of their prediction), one on a steady host. The runs are fixtures cut down
+    from the recorded ones to what these functions read (tests/fixtures/README.md)."""
+    from runinfra_opt.report.accuracy import launch_order_drift, serving_entry
+
+    sped_up, steady_host = FIXTURES / "vllm-runs-host-sped-up", FIXTURES / "vllm-runs-steady-host"
+    fast = launch_order_drift(load_results(sped_up / "summarize-exhaustive" / "results.json"))
+    steady = launch_order_drift(load_results(steady_host / "summarize-exhaustive" / "results.json"))
     assert fast is not None
     assert steady is not None
     assert len(fast["launch_order"]) == len(fast["measured_over_predicted"]) == 16  # every variant, no baseline
@@ -167,10 +186,10 @@ def test_launch_order_drift_reads_the_recorded_runs() -> None:
     assert steady["kendall_tau"] < 0.25
     assert abs(steady["second_half_median"] - steady["first_half_median"]) < 0.02
 
-    # The entry the benchmark wrote for 2026-12-04f (the figures checked here) comes back from its run directories.
-    recorded = json.loads((results / "predictor_accuracy-vllm-2026-12-04f.json").read_text())["workloads"]["summarize"]
-    raw = results / "predictor_accuracy-vllm-2026-12-04f"
-    entry = predictor_accuracy.serving_entry(
+    # The entry the benchmark wrote for the sped-up pair comes back from its run directories.
+    recorded = json.loads((FIXTURES / "vllm-runs-host-sped-up-entry.json").read_text())["workloads"]["summarize"]
+    raw = sped_up
+    entry = serving_entry(
         load_results(raw / "summarize-predictive" / "results.json"),
         load_results(raw / "summarize-exhaustive" / "results.json"),
         recorded["predictive"]["wall_s"],

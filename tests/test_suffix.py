@@ -1,6 +1,6 @@
 """Method `suffix`: names, space, vLLM settings, the Arctic build recipe, and the simulation driving Arctic
 Inference's own cache the way vLLM's proposer does (checked against vLLM's counters in
-benchmarks/vllm_suffix_counters.py)."""
+benchmarks/vllm_suffix.py)."""
 
 from __future__ import annotations
 

@@ -10,13 +10,15 @@ better than chance.
 from __future__ import annotations
 
 import math
+import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from runinfra_opt import stats
 from runinfra_opt.methods import Variant
-from runinfra_opt.results import RunResults, VariantResult
+from runinfra_opt.results import Interval, RunResults, VariantResult
 
 
 def _measured_variants(results: RunResults) -> list[VariantResult]:
@@ -139,3 +141,142 @@ def family_rankings(results: RunResults) -> list[FamilyRanking]:
             )
         )
     return out
+
+
+def interval_entry(interval: Interval | None) -> dict[str, float] | None:
+    if interval is None:
+        return None
+    return {"value": round(interval.value, 4), "low": round(interval.low, 4), "high": round(interval.high, 4)}
+
+
+def decision_entry(results: RunResults, wall_s: float) -> dict[str, Any]:
+    assert results.decision is not None
+    return {
+        "winner": results.decision.winner,
+        "gain": interval_entry(results.decision.gain),
+        "reason": results.decision.reason,
+        "certainty": results.certainty.summary if results.certainty else None,
+        "added_repeats": len(results.plan.added) if results.plan else 0,
+        "remeasured_repeats": list(results.plan.remeasured) if results.plan else [],
+        "wall_s": round(wall_s, 1),
+        "timings_s": {k: round(v, 1) for k, v in results.timings_s.items()},
+        "run_dir": str(Path(results.config.get("run_dir") or "")),
+        "notes": [n.text for n in results.notes],
+    }
+
+
+def highest_level(results: RunResults) -> str | None:
+    if results.load is None or not results.load.levels:
+        return None
+    concurrency = [name for name in results.load.levels if name.startswith("concurrency:")]
+    return max(concurrency, key=lambda n: int(n.split(":")[1])) if concurrency else results.load.levels[-1]
+
+
+def launch_order_drift(results: RunResults) -> dict[str, Any] | None:
+    """Each launched variant's measured over predicted batch-1 throughput, in the order the servers were launched.
+    The predictions rest on the step costs and calibration of the baseline timed at the run's start (each variant's
+    speculative terms are fitted on the others, all times mixed), so a trend along the launches is the machine's
+    speed changing during the run (or a predictor bias that follows the grid's order: n, then k, rises along it):
+    Kendall's tau against the launch index, and the medians of the two halves."""
+    order, ratios = [], []
+    for launch in results.launches:
+        vr = results.variant(str(launch.get("variant")))
+        if vr is None or vr.name == "baseline" or vr.measured is None or vr.predicted is None:
+            continue
+        if vr.measured.tokens_per_s and vr.predicted.tokens_per_s:
+            order.append(vr.name)
+            ratios.append(vr.measured.tokens_per_s / vr.predicted.tokens_per_s)
+    if len(ratios) < 4:
+        return None
+    half = len(ratios) // 2
+    tau = kendall_tau(list(range(len(ratios))), ratios)
+    return {
+        "launch_order": order,
+        "measured_over_predicted": [round(r, 3) for r in ratios],
+        "kendall_tau": None if tau is None else round(tau, 3),
+        "first_half_median": round(statistics.median(ratios[:half]), 3),
+        "second_half_median": round(statistics.median(ratios[half:]), 3),
+    }
+
+
+def paired_tokens_per_s(results: RunResults, name: str) -> float | None:
+    """`name`'s batch-1 tokens/s as the decision ranks it: for a variant timed beside the baseline, its paired
+    ratio times the baseline's own tokens/s (`stats.comparable_tokens_per_s`); None when it was not paired."""
+    vr, base = results.variant(name), results.variant("baseline")
+    if vr is None or base is None or not vr.measured_requests:
+        return None
+    if name == "baseline":
+        return stats.tokens_per_s(stats.own_repeats(base.measured_requests))
+    if all(r.trial is None for r in vr.measured_requests):
+        return None
+    return stats.comparable_tokens_per_s(vr.measured_requests, base.measured_requests)
+
+
+def serving_entry(
+    predictive: RunResults, exhaustive: RunResults, predictive_s: float, exhaustive_s: float
+) -> dict[str, Any]:
+    """One workload's accuracy figures for a vLLM predictive run and an exhaustive run of the same requests: each
+    run's decision, the confirmed variants' prediction errors at batch 1 and at the highest load level, the
+    exhaustive run's errors, rankings and drift, and the predictive winner measured inside the exhaustive run."""
+    assert predictive.decision is not None
+    assert exhaustive.decision is not None
+    highest = highest_level(exhaustive)
+    p_levels, e_levels = level_prediction_errors(predictive), level_prediction_errors(exhaustive)
+    confirmed = {v.name for v in predictive.variants if v.confirmed and v.name != "baseline"}
+    batch1 = [r for r in prediction_errors(predictive) if r["variant"] in confirmed]
+    at_highest = [r for r in p_levels if r["variant"] in confirmed and r["level"] == highest]
+    p_winner, e_winner = predictive.decision.winner, exhaustive.decision.winner
+    inside: dict[str, Any] = {}
+    for kind, level in (("batch1", None), ("highest_level", highest)):
+        def tps(name: str, level: str | None = level) -> float | None:
+            vr = exhaustive.variant(name)
+            if vr is None:
+                return None
+            if level is None:
+                return vr.measured.tokens_per_s if vr.measured else None
+            found = [lr.metrics.output_tokens_per_s for lr in vr.load if lr.level == level]
+            return found[0].value if found and found[0] is not None else None
+
+        mine, best = tps(p_winner), tps(e_winner)
+        inside[kind] = {
+            "level": level,
+            "predictive_winner_tokens_per_s": mine,
+            "exhaustive_winner_tokens_per_s": best,
+            "ratio": round(mine / best, 4) if mine and best else None,
+        }
+        if level is None:  # timed beside the baseline: the two picks' paired figures at the baseline's speed
+            paired = paired_tokens_per_s(exhaustive, p_winner), paired_tokens_per_s(exhaustive, e_winner)
+            if paired[0] and paired[1]:
+                inside[kind]["paired_ratio"] = round(paired[0] / paired[1], 4)
+    e_all = [r["abs_error"] for r in prediction_errors(exhaustive) if r["variant"] != "baseline"]
+    e_high = [r["abs_error"] for r in e_levels if r["level"] == highest and r["variant"] != "baseline"]
+    return {
+        "highest_level": highest,
+        "predictive": {
+            **decision_entry(predictive, predictive_s),
+            "servers": [launch.get("variant") for launch in predictive.launches],
+            "confirmed_batch1_errors": batch1,
+            "confirmed_highest_level_errors": at_highest,
+            "confirmed_level_errors": [r for r in p_levels if r["variant"] in confirmed],
+            "max_batch1_error": max((r["abs_error"] for r in batch1), default=None),
+            "max_batch1_paired_error": max(
+                (r["paired_abs_error"] for r in batch1 if r.get("paired_abs_error") is not None), default=None
+            ),
+            "max_highest_level_error": max((r["abs_error"] for r in at_highest), default=None),
+            "spec_overhead": predictive.cost_model.get("spec_overhead"),
+        },
+        "exhaustive": {
+            **decision_entry(exhaustive, exhaustive_s),
+            "servers": len(exhaustive.launches),
+            "all_batch1_errors": prediction_errors(exhaustive),
+            "all_level_errors": e_levels,
+            "batch1_within_10pct": f"{sum(e <= 0.10 for e in e_all)}/{len(e_all)}",
+            "highest_level_within_15pct": f"{sum(e <= 0.15 for e in e_high)}/{len(e_high)}",
+            "family_rankings": [f.to_dict() for f in family_rankings(exhaustive)],
+            "spec_overhead": exhaustive.cost_model.get("spec_overhead"),
+            "drift": launch_order_drift(exhaustive),
+        },
+        "same_winner": p_winner == e_winner,
+        "predictive_winner_inside_exhaustive": inside,
+        "wall_time_ratio": round(predictive_s / exhaustive_s, 3) if exhaustive_s else None,
+    }
