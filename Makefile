@@ -79,14 +79,15 @@ vllm-env: install
 # only what changed. The checks are the same either way.
 MYPY_CACHE := $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/runinfra-opt-dev/mypy
 
-# Three workers on 2 cores: many tests wait on a server, a subprocess or a stand-in's sleeps rather than compute, and a
-# third worker fills that time (the full suite on 2026-12-05 here: 1,626 s with -n 2, 1,366 s with -n 3, 729 passed
-# in both; a fourth would find the cores busy: with three they were idle under 2% of the time until the quiet tests' tail).
+# The tests run in three sessions (tests/suite.py): the real vLLM servers' module, then the files holding quiet tests
+# (three workers: they mostly wait on a stand-in server), one after the other; beside them, at a lower CPU priority,
+# every other file (two workers). A plain `pytest -n 3 --dist loadfile --no-loadscope-reorder` runs the same tests
+# in one session, in the same order within each part.
 test: install browser vllm-env
 	$(BIN)/ruff check .
 	$(BIN)/mypy --cache-dir "$(MYPY_CACHE)"
 	$(BIN)/lint-imports --no-cache
-	RUNINFRA_OPT_VLLM_PYTHON="$(VLLM_PYTHON)" $(BIN)/python -m pytest -q -n 3 --dist loadfile --no-loadscope-reorder --durations 15
+	RUNINFRA_OPT_VLLM_PYTHON="$(VLLM_PYTHON)" $(BIN)/python -m tests.suite
 
 clean:
 	rm -rf $(VENV) .runinfra .pytest_cache .mypy_cache .ruff_cache

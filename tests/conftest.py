@@ -30,6 +30,7 @@ from typer.testing import CliRunner
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 from tests.isolation import snapshot, user_cache_dir  # noqa: E402 (after OMP_NUM_THREADS)
+from tests.suite import SHARED_MODELS_ENV  # noqa: E402
 from tests.tiny_models import build_pair  # noqa: E402
 
 if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
@@ -76,11 +77,44 @@ are the suite's tail, where the three workers take the next file as they finish 
 first and the short ones last end the three workers close together."""
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The real vLLM servers' tests first, then the rest, then the files holding quiet tests (the longest first),
-    the isolation guard last, whatever the file order or selection (files stay whole: `--dist loadfile` hands out
-    files, in this order under `--no-loadscope-reorder`)."""
+PARTS = ("vllm", "quiet", "rest")
+"""The suite's parts (`--part`), which `make test` runs as separate sessions (tests/suite.py): the real vLLM
+servers' module, then the files holding quiet tests, one after the other, beside the rest. Each part holds the
+isolation guard too."""
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--part",
+        choices=("all", *PARTS),
+        default="all",
+        help="run one part of the suite: vllm (the real vLLM servers' module), quiet (the files holding quiet "
+        "tests) or rest (every other file); each with the isolation guard (default: all)",
+    )
+
+
+def part_of(name: str, quiet_files: set[str]) -> str | None:
+    """The part a test file belongs to (None for the isolation guard, which is in every part)."""
+    if name == GUARD_MODULE:
+        return None
+    if name == FIRST_MODULE:
+        return "vllm"
+    return "quiet" if name in quiet_files else "rest"
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Keep the tests of `--part` only; then the real vLLM servers' tests first, then the rest, then the files
+    holding quiet tests (the longest first), the isolation guard last, whatever the file order or selection (files
+    stay whole: `--dist loadfile` hands out files, in this order under `--no-loadscope-reorder`)."""
     quiet_files = {item.path for item in items if item.get_closest_marker(QUIET) is not None}
+    part = config.getoption("--part")
+    if part != "all":
+        names = {path.name for path in quiet_files}
+        kept = [item for item in items if part_of(item.path.name, names) in (part, None)]
+        if len(kept) < len(items):
+            ids = {id(item) for item in kept}
+            config.hook.pytest_deselected(items=[item for item in items if id(item) not in ids])
+            items[:] = kept
 
     def rank(item: pytest.Item) -> tuple[int, int]:
         if item.path.name == FIRST_MODULE:
@@ -146,7 +180,10 @@ def isolated_cache(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest
 def _session_models(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The converted models' directory, one for the whole run: under xdist every worker shares it (their base
     temporary directories are siblings), so that SmolLM2 is converted once per run, not once per worker (about a
-    minute of a core each time)."""
+    minute of a core each time). `make test` runs the suite's parts as separate sessions (tests/suite.py) and hands
+    them one such directory of its own in `SHARED_MODELS_ENV`."""
+    if os.environ.get(SHARED_MODELS_ENV):
+        return Path(os.environ[SHARED_MODELS_ENV])
     if os.environ.get("PYTEST_XDIST_WORKER"):
         path = tmp_path_factory.getbasetemp().parent / "shared-models"
         path.mkdir(exist_ok=True)
