@@ -52,16 +52,18 @@ GUARD_MODULE = "test_zz_isolation_guard.py"
 
 
 FIRST_MODULE = "test_vllm_e2e.py"
-"""The real vLLM servers (~10 minutes, mostly one core compiling and serving): first, so that under
-`pytest -n 3 --dist loadfile` (make test) one worker runs them while the others run the rest."""
+"""The real vLLM servers (the suite's longest module, mostly one core compiling and serving): first, so that under
+`pytest -n 3 --dist loadfile` one worker runs them while the others run the rest (`make test` runs it as a part of
+its own: `PARTS`)."""
 
 
 QUIET = "quiet"
 """The marker of a test that measures time or memory other CPU-heavy work would skew (a stand-in server's speed
 against its prediction, a replay that falls behind its schedule and piles requests up in flight). Under
-`make test` the other worker may be running real vLLM servers, which take both cores: a quiet test holds the
+`pytest -n 3` another worker may be running real vLLM servers, which take both cores: a quiet test holds the
 suite's quiet lock shared, the real servers' module holds it exclusively, so the two never overlap; and the
-files holding quiet tests run last, after the vLLM module has ended, so that nothing waits in practice."""
+files holding quiet tests run last, after the vLLM module has ended, so that nothing waits in practice. `make test`
+runs them as a part of their own, after the real servers' part (tests/suite.py)."""
 
 
 LONGEST_QUIET = (
@@ -72,9 +74,9 @@ LONGEST_QUIET = (
     "test_kschedule_served.py",
 )
 """The quiet files that take longest, longest first (each 1-3 minutes in a full suite, mostly waiting on the
-stand-in server: docs/measurements.md, Experiments without a script, 2026-12-07 05:32 and 06:15). The quiet files
-are the suite's tail, where the three workers take the next file as they finish one: the long ones handed out
-first and the short ones last end the three workers close together."""
+stand-in server: docs/measurements.md, Experiments without a script, 2026-12-07 05:32 and 06:15). The three
+workers of the quiet files take the next file as they finish one: the long ones handed out first and the short
+ones last end the three workers close together."""
 
 
 PARTS = ("vllm", "quiet", "rest")
