@@ -39,13 +39,14 @@ install: $(STAMP)
 # `optimize` compares the baseline, n-gram prompt lookup, early exit (at layer DEMO_EXIT_LAYERS) and that draft on the
 # `mixed` sample (DEMO_MAX_REQUESTS of its 32, stratified by category), none of which the draft was trained on,
 # each answer capped at DEMO_MAX_TOKENS new tokens and timed once per candidate (DEMO_REPEATS), so that the first
-# run ends within about ten minutes with up to three candidates confirmed (fewer where the budget runs short).
+# run, install included, ends within ten minutes on a 2-core machine with up to three candidates confirmed (fewer
+# where the budget runs short: half the sample leaves the budget room for more of them than the whole would).
 DRAFTS := .runinfra/drafts
 DEMO_DRAFT := $(DRAFTS)/smollm2-history-l1-h144
 DEMO_MAX_TOKENS ?= 24
 DEMO_REPEATS ?= 1
-DEMO_BUDGET_MINUTES ?= 7
-DEMO_MAX_REQUESTS ?= 24
+DEMO_BUDGET_MINUTES ?= 5
+DEMO_MAX_REQUESTS ?= 16
 DEMO_EXIT_LAYERS ?= 8
 demo: install
 	$(BIN)/runinfra-opt draft distill --workload history/mixed --out $(DEMO_DRAFT) --layers 1 --hidden 144 \
@@ -78,14 +79,15 @@ vllm-env: install
 # only what changed. The checks are the same either way.
 MYPY_CACHE := $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/runinfra-opt-dev/mypy
 
-# Three workers on 2 cores: many tests wait on a server, a subprocess or a stand-in's sleeps rather than compute, and a
-# third worker fills that time (the full suite on 2026-12-05 here: 1,626 s with -n 2, 1,366 s with -n 3, 729 passed
-# in both; a fourth would find the cores busy: with three they were idle under 2% of the time until the quiet tests' tail).
+# The tests run in three sessions (tests/suite.py): the real vLLM servers' module, then the files holding quiet tests
+# (three workers: they mostly wait on a stand-in server), one after the other; beside them, at a lower CPU priority,
+# every other file (two workers). A plain `pytest -n 3 --dist loadfile --no-loadscope-reorder` runs the same tests
+# in one session, in the same order within each part.
 test: install browser vllm-env
 	$(BIN)/ruff check .
 	$(BIN)/mypy --cache-dir "$(MYPY_CACHE)"
 	$(BIN)/lint-imports --no-cache
-	RUNINFRA_OPT_VLLM_PYTHON="$(VLLM_PYTHON)" $(BIN)/python -m pytest -q -n 3 --dist loadfile --no-loadscope-reorder --durations 15
+	RUNINFRA_OPT_VLLM_PYTHON="$(VLLM_PYTHON)" $(BIN)/python -m tests.suite
 
 clean:
 	rm -rf $(VENV) .runinfra .pytest_cache .mypy_cache .ruff_cache

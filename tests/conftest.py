@@ -30,6 +30,7 @@ from typer.testing import CliRunner
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 from tests.isolation import snapshot, user_cache_dir  # noqa: E402 (after OMP_NUM_THREADS)
+from tests.suite import SHARED_MODELS_ENV  # noqa: E402
 from tests.tiny_models import build_pair  # noqa: E402
 
 if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
@@ -51,16 +52,18 @@ GUARD_MODULE = "test_zz_isolation_guard.py"
 
 
 FIRST_MODULE = "test_vllm_e2e.py"
-"""The real vLLM servers (~10 minutes, mostly one core compiling and serving): first, so that under
-`pytest -n 3 --dist loadfile` (make test) one worker runs them while the others run the rest."""
+"""The real vLLM servers (the suite's longest module, mostly one core compiling and serving): first, so that under
+`pytest -n 3 --dist loadfile` one worker runs them while the others run the rest (`make test` runs it as a part of
+its own: `PARTS`)."""
 
 
 QUIET = "quiet"
 """The marker of a test that measures time or memory other CPU-heavy work would skew (a stand-in server's speed
 against its prediction, a replay that falls behind its schedule and piles requests up in flight). Under
-`make test` the other worker may be running real vLLM servers, which take both cores: a quiet test holds the
+`pytest -n 3` another worker may be running real vLLM servers, which take both cores: a quiet test holds the
 suite's quiet lock shared, the real servers' module holds it exclusively, so the two never overlap; and the
-files holding quiet tests run last, after the vLLM module has ended, so that nothing waits in practice."""
+files holding quiet tests run last, after the vLLM module has ended, so that nothing waits in practice. `make test`
+runs them as a part of their own, after the real servers' part (tests/suite.py)."""
 
 
 LONGEST_QUIET = (
@@ -76,11 +79,44 @@ stand-in server: `git show e14cd7e:docs/measurements.md`, Experiments without a 
 the long ones handed out first and the short ones last end the three workers close together."""
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The real vLLM servers' tests first, then the rest, then the files holding quiet tests (the longest first),
-    the isolation guard last, whatever the file order or selection (files stay whole: `--dist loadfile` hands out
-    files, in this order under `--no-loadscope-reorder`)."""
+PARTS = ("vllm", "quiet", "rest")
+"""The suite's parts (`--part`), which `make test` runs as separate sessions (tests/suite.py): the real vLLM
+servers' module, then the files holding quiet tests, one after the other, beside the rest. Each part holds the
+isolation guard too."""
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--part",
+        choices=("all", *PARTS),
+        default="all",
+        help="run one part of the suite: vllm (the real vLLM servers' module), quiet (the files holding quiet "
+        "tests) or rest (every other file); each with the isolation guard (default: all)",
+    )
+
+
+def part_of(name: str, quiet_files: set[str]) -> str | None:
+    """The part a test file belongs to (None for the isolation guard, which is in every part)."""
+    if name == GUARD_MODULE:
+        return None
+    if name == FIRST_MODULE:
+        return "vllm"
+    return "quiet" if name in quiet_files else "rest"
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Keep the tests of `--part` only; then the real vLLM servers' tests first, then the rest, then the files
+    holding quiet tests (the longest first), the isolation guard last, whatever the file order or selection (files
+    stay whole: `--dist loadfile` hands out files, in this order under `--no-loadscope-reorder`)."""
     quiet_files = {item.path for item in items if item.get_closest_marker(QUIET) is not None}
+    part = config.getoption("--part")
+    if part != "all":
+        names = {path.name for path in quiet_files}
+        kept = [item for item in items if part_of(item.path.name, names) in (part, None)]
+        if len(kept) < len(items):
+            ids = {id(item) for item in kept}
+            config.hook.pytest_deselected(items=[item for item in items if id(item) not in ids])
+            items[:] = kept
 
     def rank(item: pytest.Item) -> tuple[int, int]:
         if item.path.name == FIRST_MODULE:
@@ -146,7 +182,10 @@ def isolated_cache(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest
 def _session_models(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The converted models' directory, one for the whole run: under xdist every worker shares it (their base
     temporary directories are siblings), so that SmolLM2 is converted once per run, not once per worker (about a
-    minute of a core each time)."""
+    minute of a core each time). `make test` runs the suite's parts as separate sessions (tests/suite.py) and hands
+    them one such directory of its own in `SHARED_MODELS_ENV`."""
+    if os.environ.get(SHARED_MODELS_ENV):
+        return Path(os.environ[SHARED_MODELS_ENV])
     if os.environ.get("PYTEST_XDIST_WORKER"):
         path = tmp_path_factory.getbasetemp().parent / "shared-models"
         path.mkdir(exist_ok=True)

@@ -220,7 +220,9 @@ def test_open_loop_keeps_its_schedule_while_the_server_is_slow() -> None:
     assert len(bodies) == 6
     records = sorted(run.records, key=lambda r: r.index)
     assert [r.planned_s for r in records] == pytest.approx([0.1 * i for i in range(6)])
-    assert all(0 <= r.send_lag_s < 0.1 for r in records)  # on time (generous: a shared 2-core machine)
+    # On time: each send lagged its schedule by less than half the shortest answer took (a loop that waited for
+    # answers would lag by whole answers), whatever the machine's load does to both.
+    assert all(0 <= r.send_lag_s < 0.5 * min(r.e2e_s or 0.0 for r in records) for r in records)
     assert run.peak_in_flight >= 4  # sends did not wait for answers
     assert seen == ["Hello wor ld!"] * 6
     for record in records:
@@ -234,9 +236,10 @@ def test_open_loop_keeps_its_schedule_while_the_server_is_slow() -> None:
         # the server sleeps 0.2 s before each of its three chunks: the last cannot arrive sooner than 0.6 s
         assert record.chunk_s[-1] - record.sent_s >= 0.59
         assert all(gap > 0 for gap in record.itl_s)
-    # Chunks are timed as they arrive, not when the stream ends (that would make every gap ~0). One gap can
-    # shrink when a stalled event loop reads two chunks late (seen on a loaded CI machine), not most of them.
-    assert float(np.median([gap for r in records for gap in r.itl_s])) > 0.15
+    # Chunks are timed as they arrive, not when the stream ends (that would make every gap ~0): the server sends
+    # its three chunks 0.2 s apart, so the stream spans two thirds of a request. One request's span can shrink when
+    # a stalled event loop reads two chunks late (seen on a loaded CI machine), not most of them.
+    assert float(np.median([(r.chunk_s[-1] - r.chunk_s[0]) / (r.done_s - r.sent_s) for r in records])) > 1 / 3
     assert run.duration_s >= records[-1].done_s
 
 
@@ -288,10 +291,12 @@ def test_closed_loop_keeps_exactly_n_in_flight() -> None:
         wall = time.perf_counter() - start
     assert run.peak_in_flight == 2
     assert sorted(r.index for r in run.records) == list(range(6))
-    assert wall > 3 * 0.6  # three rounds of two ~0.6 s requests
+    shortest = min(r.e2e_s or 0.0 for r in run.records)
+    assert wall >= 3 * shortest  # six requests two at a time: three rounds, each as long as the shortest at least
     by_sent = sorted(run.records, key=lambda r: r.sent_s)
-    # after the first two, each request is due when an earlier one finished, and goes at once
-    assert all(0 <= r.send_lag_s < 0.1 for r in by_sent)
+    # after the first two, each request is due when an earlier one finished, and goes at once (well within the
+    # time an answer takes)
+    assert all(0 <= r.send_lag_s < 0.5 * shortest for r in by_sent)
     assert {round(r.planned_s, 6) for r in by_sent[2:]} <= {round(r.done_s, 6) for r in by_sent}
 
 

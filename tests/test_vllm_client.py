@@ -120,19 +120,23 @@ def test_a_hung_server_fails_the_requests_in_flight_and_later_ones(monkeypatch: 
 
     monkeypatch.setattr(client_module, "HEALTH_EVERY_S", 0.05)
     monkeypatch.setattr(client_module, "HEALTH_TIMEOUT_S", 0.05)
+    request_timeout_s = 60.0
     with socket.socket() as hung:
         hung.bind(("127.0.0.1", 0))
         hung.listen(16)
         url = f"http://127.0.0.1:{hung.getsockname()[1]}"
 
-        async def go() -> list[client_module.RequestResult]:
-            async with client_module.OpenAIClient(url, "k", "m") as client:
+        async def go() -> tuple[list[client_module.RequestResult], float, float]:
+            async with client_module.OpenAIClient(url, "k", "m", timeout_s=request_timeout_s) as client:
                 requests = [client_module.CompletionRequest(f"r{i}", 4, prompt=[1, 2]) for i in range(3)]
+                start = time.monotonic()
                 first = await client_module.run_requests(client, requests, concurrency=2)
-                return [*first, await client.complete(requests[0])]
+                in_flight_s = time.monotonic() - start
+                later = await client.complete(requests[0])
+                return [*first, later], in_flight_s, time.monotonic() - start - in_flight_s
 
-        start = time.monotonic()
-        results = asyncio.run(go())
-    assert time.monotonic() - start < 10
+        results, in_flight_s, later_s = asyncio.run(go())
+    assert in_flight_s < request_timeout_s  # ended by the health checks, before the request timeout
+    assert later_s < in_flight_s  # a later request fails at once, without health checks of its own
     assert [r.success for r in results] == [False] * 4
     assert all("stopped answering" in (r.error or "") for r in results)

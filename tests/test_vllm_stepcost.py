@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import time
 from pathlib import Path
 from typing import Any
 
@@ -47,11 +48,13 @@ def test_measured_table_recovers_the_known_step_costs(
     fake_vllm: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     with _server(fake_vllm, tmp_path, monkeypatch, COST) as server:
+        start = time.perf_counter()
         measured = measure_step_costs(
             server.base_url, server.api_key, server.model_name,
             StepCostGrid(batch_sizes=(1, 2, 4), tokens=(1, 3, 5), prefill_lengths=(16, 48), context=40, repeats=3),
             vocab_size=1000, blocker_tokens=1,  # too short for 4 probes to reach the engine: it must grow
         )  # fmt: skip
+        outside_s = time.perf_counter() - start
     table = measured.table
     assert table.context == 64  # 40 rounded up to whole 32-token blocks
     assert measured.block_size == 32
@@ -64,7 +67,7 @@ def test_measured_table_recovers_the_known_step_costs(
         assert seconds == pytest.approx(known_step_s(1, length), **TOLERANCE), length
     assert any(r["reason"].startswith("split") for r in measured.rejected)  # the 1-token blocker was too short
     assert all(t.spread_s < 0.5 * t.step_s for t in measured.trials)
-    assert measured.wall_s < 60
+    assert 0.5 * outside_s < measured.wall_s <= outside_s  # its own wall time, as timed around the call
     assert len(measured.trials) == 3 * (3 * 3 + 2)
     sweeps = [[(t.kind, t.batch, t.tokens) for t in measured.trials[i : i + 11]] for i in (0, 11, 22)]
     assert all(sorted(sweep) == sorted(sweeps[0]) for sweep in sweeps)  # every cell once a sweep
