@@ -59,7 +59,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script:
 from benchmarks import summary  # noqa: E402
 from runinfra_opt.engine.registry import EngineSetup
 from runinfra_opt.engine.vllm.options import VllmOptions
-from runinfra_opt.optimize.config import OptimizeConfig, parse_repeats
+from runinfra_opt.optimize.config import OptimizeConfig
+from runinfra_opt.optimize.options import parse_repeats
 from runinfra_opt.optimize.pipeline import run_optimize
 from runinfra_opt.report.accuracy import family_rankings, kendall_tau, level_prediction_errors, prediction_errors
 from runinfra_opt.results import Interval, RunResults, load_results

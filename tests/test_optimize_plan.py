@@ -12,7 +12,8 @@ from runinfra_opt.errors import UserInputError
 from runinfra_opt.methods import Variant
 from runinfra_opt.methods.early_exit import default_exit_layers
 from runinfra_opt.objective import Objective, parse_priority
-from runinfra_opt.optimize.config import OptimizeConfig, parse_int_list, parse_methods
+from runinfra_opt.optimize.config import OptimizeConfig
+from runinfra_opt.optimize.options import parse_int_list, parse_methods
 from runinfra_opt.optimize.plan import plan_requests, replan_confirmation, stratified_sample
 from runinfra_opt.optimize.rundir import point_latest, resumed_run_dir
 from runinfra_opt.optimize.space import build_space
