@@ -16,6 +16,7 @@ from runinfra_opt.methods import registry as method_registry
 from runinfra_opt.models import resolve_model
 from runinfra_opt.objective import Objective
 from runinfra_opt.optimize.options import OPTION, OPTIONS, Executor, Strategy
+from runinfra_opt.optimize.space import SpaceSettings
 from runinfra_opt.options import ENGINE_OPTIONS, OBJECTIVE
 
 DECLARED: Any = object()
@@ -242,18 +243,11 @@ class OptimizeConfig:
 
     def engine_setup(self, *, threads: int | None = None) -> EngineSetup:
         """What opens this run's engine (`threads`: a trial's own, else the run's)."""
-        return EngineSetup(
-            engine=self.engine,
-            target=self.target,
-            drafts=self.drafts,
-            options=self.engine_options,
-            device=self.device,
-            dtype=self.dtype,
-            threads=self.threads if threads is None else threads,
-            allow_tokenizer_mismatch=self.allow_tokenizer_mismatch,
-            skip_too_long=self.skip_too_long,
-            seed=self.seed,
-        )
+        return EngineSetup.of(self, **({} if threads is None else {"threads": threads}))
+
+    def space_settings(self) -> SpaceSettings:
+        """What this run asks of the search space (`space.build_space`)."""
+        return SpaceSettings(**{f.name: getattr(self, f.name) for f in fields(SpaceSettings)})
 
     def with_changes(self, **changes: Any) -> OptimizeConfig:
         return replace(self, **changes)
