@@ -59,7 +59,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script:
 from runinfra_opt import measurements  # noqa: E402
 from runinfra_opt.engine.registry import EngineSetup
 from runinfra_opt.engine.vllm.options import VllmOptions
-from runinfra_opt.optimize.config import OptimizeConfig, parse_repeats
+from runinfra_opt.optimize.config import OptimizeConfig
+from runinfra_opt.optimize.options import parse_repeats
 from runinfra_opt.optimize.pipeline import run_optimize
 from runinfra_opt.report.accuracy import (
     decision_entry,

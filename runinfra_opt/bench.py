@@ -165,17 +165,7 @@ class BenchConfig:
             object.__setattr__(self, "engine_options", cls())
 
     def engine_setup(self) -> EngineSetup:
-        return EngineSetup(
-            engine=self.engine,
-            target=self.target,
-            drafts=(self.draft,) if self.draft is not None else (),
-            options=self.engine_options,
-            device=self.device,
-            dtype=self.dtype,
-            threads=self.threads,
-            allow_tokenizer_mismatch=self.allow_tokenizer_mismatch,
-            skip_too_long=self.skip_too_long,
-        )
+        return EngineSetup.of(self, drafts=(self.draft,) if self.draft is not None else ())
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)

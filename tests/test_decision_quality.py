@@ -11,7 +11,8 @@ from runinfra_opt.errors import UserInputError
 from runinfra_opt.methods import BASELINE, Variant
 from runinfra_opt.methods.ngram import ngram_search, simulate_ngram
 from runinfra_opt.objective import Objective
-from runinfra_opt.optimize.config import OptimizeConfig, parse_repeats
+from runinfra_opt.optimize.config import OptimizeConfig
+from runinfra_opt.optimize.options import parse_repeats
 from runinfra_opt.optimize.phases import extend
 from runinfra_opt.optimize.state import RunState, Silent
 from runinfra_opt.predict.batch1 import predict_request

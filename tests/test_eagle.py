@@ -16,7 +16,7 @@ from runinfra_opt.manifest import build_manifest, validate_manifest
 from runinfra_opt.methods import Variant, parse_variant_name
 from runinfra_opt.methods.registry import check_drafts, draft_owner
 from runinfra_opt.optimize.config import OptimizeConfig
-from runinfra_opt.optimize.space import build_space
+from runinfra_opt.optimize.space import SpaceSettings, build_space
 from runinfra_opt.results import ModelInfo
 from tests.test_manifest import _results
 
@@ -68,12 +68,12 @@ def test_bad_heads_are_one_clear_line(tmp_path: Path, spec: str, problem: str) -
 
 def test_space_keeps_heads_apart_from_draft_models(head: Path, tiny_models: tuple[Path, Path]) -> None:
     _, draft_dir = tiny_models
-    space = build_space(num_layers=4, drafts=[str(draft_dir), f"eagle3:{head}"], methods=None, lookaheads=[3])
+    space = build_space(SpaceSettings(drafts=[str(draft_dir), f"eagle3:{head}"], lookaheads=[3]), num_layers=4)
     names = [v.name for v in space]
     assert "draft:tiny-draft-k3" in names
     assert "eagle3:smol-eagle3-k3" in names
     assert not any(n.startswith("draft:smol-eagle3") for n in names)
-    only = build_space(num_layers=4, drafts=[f"eagle:{head}"], methods=["eagle"])
+    only = build_space(SpaceSettings(drafts=[f"eagle:{head}"], methods=["eagle"]), num_layers=4)
     assert [v.name for v in only] == ["baseline", *(f"eagle:smol-eagle3-k{k}" for k in (2, 3, 4, 5))]
 
 

@@ -12,10 +12,11 @@ from runinfra_opt.errors import UserInputError
 from runinfra_opt.methods import Variant
 from runinfra_opt.methods.early_exit import default_exit_layers
 from runinfra_opt.objective import Objective, parse_priority
-from runinfra_opt.optimize.config import OptimizeConfig, parse_int_list, parse_methods
+from runinfra_opt.optimize.config import OptimizeConfig
+from runinfra_opt.optimize.options import parse_int_list, parse_methods
 from runinfra_opt.optimize.plan import plan_requests, replan_confirmation, stratified_sample
 from runinfra_opt.optimize.rundir import point_latest, resumed_run_dir
-from runinfra_opt.optimize.space import build_space
+from runinfra_opt.optimize.space import SpaceSettings, build_space
 from runinfra_opt.workload.model import Request
 
 
@@ -108,7 +109,7 @@ def test_config_stores_the_objective_as_flat_keys_and_reads_old_runs() -> None:
 
 
 def test_default_space_matches_issue() -> None:
-    space = build_space(num_layers=30, drafts=("d1", "d2"))
+    space = build_space(SpaceSettings(drafts=("d1", "d2")), num_layers=30)
     names = [v.name for v in space]
     assert names[0] == "baseline"
     assert sum(v.method == "ngram" for v in space) == 9 * 3
@@ -122,14 +123,14 @@ def test_default_space_matches_issue() -> None:
 
 
 def test_space_narrowed_and_widened() -> None:
-    space = build_space(num_layers=4, methods=("ngram",), lookaheads=(3, 20), ngram_max=(4,))
+    space = build_space(SpaceSettings(methods=("ngram",), lookaheads=(3, 20), ngram_max=(4,)), num_layers=4)
     assert [v.name for v in space] == ["baseline", "ngram-n4-k3", "ngram-n4-k20"]
     assert default_exit_layers(4) == (1, 2, 3)
     with pytest.raises(UserInputError, match="use 1..3"):
-        build_space(num_layers=4, exit_layers=(4,))
+        build_space(SpaceSettings(exit_layers=(4,)), num_layers=4)
     with pytest.raises(UserInputError, match="distinct directory names"):
-        build_space(num_layers=4, methods=("draft",), drafts=("a/x", "b/x"))
-    assert Variant("draft", lookahead=2, draft="a/x") in build_space(num_layers=4, drafts=("a/x",))
+        build_space(SpaceSettings(methods=("draft",), drafts=("a/x", "b/x")), num_layers=4)
+    assert Variant("draft", lookahead=2, draft="a/x") in build_space(SpaceSettings(drafts=("a/x",)), num_layers=4)
 
 
 def _requests(counts: dict[str, int]) -> list[Request]:

@@ -3,85 +3,89 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import typer
 from rich.console import Console
 
 from runinfra_opt.cli.app import app, handle_errors, progress_bar
-from runinfra_opt.cli.options import (
+from runinfra_opt.cli.options import declared
+from runinfra_opt.options import (
+    ALLOW_TOKENIZER_MISMATCH,
     BUDGET,
+    DEVICE,
+    DTYPE,
+    ENGINE_NAME,
+    ENGINE_OPTIONS,
+    SKIP_TOO_LONG,
     SPACE,
+    TARGET,
+    THREADS,
+    TIE_TOLERANCE,
+    VLLM_PYTHON,
+    VLLM_SERVE_ARGS,
     WORKLOAD,
-    AllowTokenizerMismatch,
-    Device,
-    Dtype,
-    EngineName,
-    SkipTooLong,
-    Threads,
-    TieTolerance,
-    VllmPython,
-    VllmServeArgs,
+    Option,
 )
-from runinfra_opt.engine.registry import DEFAULT_ENGINE
+
+OPTIONS = (
+    Option(
+        "workload", "--workload", str, "mixed", "Bundled workload name or a workload file.", WORKLOAD, to="workload"
+    ),
+    Option(
+        "method",
+        "--method",
+        str,
+        ...,
+        "baseline, ngram, early_exit, draft, vllm_ngram (vllm), suffix (vllm), eagle or eagle3 (vllm).",
+        SPACE,
+    ),
+    Option("lookahead", "--lookahead", int | None, None, "Tokens drafted per target pass (k).", SPACE),
+    TARGET,
+    ENGINE_NAME,
+    VLLM_PYTHON,
+    VLLM_SERVE_ARGS,
+    TIE_TOLERANCE,
+    Option(
+        "draft",
+        "--draft",
+        str | None,
+        None,
+        "Draft model for --method draft, or eagle3:PATH / eagle:PATH (an EAGLE-3 / EAGLE head).",
+        SPACE,
+        to="draft",
+    ),
+    Option("ngram_max", "--ngram-max", int, 2, "Prompt lookup's max n-gram match size.", SPACE),
+    Option("ngram_min", "--ngram-min", int, 1, "vllm_ngram's prompt_lookup_min (min n-gram match size).", SPACE),
+    Option("exit_layer", "--exit-layer", int | None, None, "Layer that drafts, for --method early_exit.", SPACE),
+    Option("requests", "--requests", int | None, None, "Use only the first N requests.", WORKLOAD, to="requests"),
+    Option("repeat", "--repeat", int, 1, "Time every request this many times.", BUDGET, to="repeat"),
+    Option(
+        "vs_baseline", "--vs-baseline", bool, False, "Also time the baseline, interleaved.", BUDGET, to="vs_baseline"
+    ),
+    Option("as_json", "--json", bool, False, "Print the results as JSON on stdout.", BUDGET),
+    DEVICE,
+    DTYPE,
+    THREADS,
+    Option(
+        "max_tokens",
+        "--max-tokens",
+        int,
+        128,
+        "Max new tokens per request (a request's own max_tokens caps it further).",
+        WORKLOAD,
+        to="max_tokens",
+    ),
+    SKIP_TOO_LONG,
+    ALLOW_TOKENIZER_MISMATCH,
+)
+"""`bench`'s options in `--help`'s order: its own and those it shares with `optimize` (`options.SHARED`)."""
 
 
 @app.command()
 @handle_errors
-def bench(
-    workload: str = typer.Option(
-        "mixed", "--workload", help="Bundled workload name or a workload file.", rich_help_panel=WORKLOAD
-    ),
-    method: str = typer.Option(
-        ...,
-        "--method",
-        help="baseline, ngram, early_exit, draft, vllm_ngram (vllm), suffix (vllm), eagle or eagle3 (vllm).",
-        rich_help_panel=SPACE,
-    ),
-    lookahead: int | None = typer.Option(
-        None, "--lookahead", help="Tokens drafted per target pass (k).", rich_help_panel=SPACE
-    ),
-    target: str = typer.Option(
-        "default", "--target", help="default, a model directory, a .gguf file or a hub id.", rich_help_panel=SPACE
-    ),
-    engine: EngineName = DEFAULT_ENGINE,
-    vllm_python: VllmPython = None,
-    vllm_serve_args: VllmServeArgs = None,
-    tie_tolerance: TieTolerance = None,
-    draft: str | None = typer.Option(
-        None,
-        "--draft",
-        help="Draft model for --method draft, or eagle3:PATH / eagle:PATH (an EAGLE-3 / EAGLE head).",
-        rich_help_panel=SPACE,
-    ),
-    ngram_max: int = typer.Option(
-        2, "--ngram-max", help="Prompt lookup's max n-gram match size.", rich_help_panel=SPACE
-    ),
-    ngram_min: int = typer.Option(
-        1, "--ngram-min", help="vllm_ngram's prompt_lookup_min (min n-gram match size).", rich_help_panel=SPACE
-    ),
-    exit_layer: int | None = typer.Option(
-        None, "--exit-layer", help="Layer that drafts, for --method early_exit.", rich_help_panel=SPACE
-    ),
-    requests: int | None = typer.Option(
-        None, "--requests", help="Use only the first N requests.", rich_help_panel=WORKLOAD
-    ),
-    repeat: int = typer.Option(1, "--repeat", help="Time every request this many times.", rich_help_panel=BUDGET),
-    vs_baseline: bool = typer.Option(
-        False, "--vs-baseline", help="Also time the baseline, interleaved.", rich_help_panel=BUDGET
-    ),
-    as_json: bool = typer.Option(False, "--json", help="Print the results as JSON on stdout.", rich_help_panel=BUDGET),
-    device: Device = "auto",
-    dtype: Dtype = "auto",
-    threads: Threads = None,
-    max_tokens: int = typer.Option(
-        128,
-        "--max-tokens",
-        help="Max new tokens per request (a request's own max_tokens caps it further).",
-        rich_help_panel=WORKLOAD,
-    ),
-    skip_too_long: SkipTooLong = False,
-    allow_tokenizer_mismatch: AllowTokenizerMismatch = False,
-) -> None:
+@declared(OPTIONS)
+def bench(**options: Any) -> None:
     """Time one variant over a workload, one request at a time, and print TTFT/TPOT/e2e percentiles,
     tokens/s, acceptance and losslessness (and the speedup over the baseline with --vs-baseline)."""
 
@@ -90,26 +94,20 @@ def bench(
     from runinfra_opt.report.bench import bench_notes, bench_table
 
     variant = make_variant(
-        method, lookahead=lookahead, draft=draft, ngram_max=ngram_max, ngram_min=ngram_min, exit_layer=exit_layer
+        options["method"],
+        lookahead=options["lookahead"],
+        draft=options["draft"],
+        ngram_max=options["ngram_max"],
+        ngram_min=options["ngram_min"],
+        exit_layer=options["exit_layer"],
     )
+    engine = options["engine"]
     config = BenchConfig(
         variant=variant,
-        workload=workload,
-        target=target,
-        engine=engine,
         engine_options=engine_options(
-            engine, {"vllm_python": vllm_python, "vllm_serve_args": vllm_serve_args, "tie_tolerance": tie_tolerance}
+            engine, {option.name: options[option.name] for option in OPTIONS if option.to == ENGINE_OPTIONS}
         ),
-        draft=draft,
-        requests=requests,
-        repeat=repeat,
-        vs_baseline=vs_baseline,
-        device=device,
-        dtype=dtype,
-        threads=threads,
-        max_tokens=max_tokens,
-        skip_too_long=skip_too_long,
-        allow_tokenizer_mismatch=allow_tokenizer_mismatch,
+        **{str(option.to): options[option.name] for option in OPTIONS if option.to not in (None, ENGINE_OPTIONS)},
     )
     with progress_bar(transient=True) as bar:
         task = bar.add_task("loading", total=None)
@@ -118,7 +116,7 @@ def bench(
             bar.update(task, completed=done, total=total, description=label)
 
         result = run_bench(config, progress=on_progress)
-    if as_json:
+    if options["as_json"]:
         typer.echo(json.dumps({**result.to_dict(), "notes": bench_notes(result)}, indent=2))
         return
     out = Console(highlight=False)

@@ -1,71 +1,37 @@
-"""Help panels and the options that several commands take, declared once so that their names, help and panels
-cannot drift apart between `optimize` and `bench`."""
+"""A command's parameters built from its option declarations (`runinfra_opt.options.Option`): each becomes a
+`typer.Option` with the declaration's flags, type, default, help and panel, in the declarations' order."""
 
 from __future__ import annotations
 
-from typing import Annotated
+import inspect
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
 
 import typer
 
-WORKLOAD = "Workload"
-SPACE = "Search space"
-ENGINE = "Engine"
-LOAD = "Load and SLOs"
-DECISION = "Decision"
-BUDGET = "Budget and outputs"
-CLUSTER = "Cluster"
+from runinfra_opt.options import Option
 
-EngineName = Annotated[
-    str,
-    typer.Option(
-        "--engine",
-        help="The engine that runs and measures: transformers (in-process) or vllm (a server per variant).",
-        rich_help_panel=ENGINE,
-    ),
-]
-VllmPython = Annotated[
-    str | None,
-    typer.Option(
-        "--vllm-python",
-        help="vllm: Python of an existing vLLM environment (default: `engine install vllm`'s).",
-        rich_help_panel=ENGINE,
-    ),
-]
-VllmServeArgs = Annotated[
-    str | None,
-    typer.Option(
-        "--vllm-serve-args",
-        help='vllm: further `vllm serve` arguments for every server, quoted as one string (e.g. "--enforce-eager").',
-        rich_help_panel=ENGINE,
-    ),
-]
-TieTolerance = Annotated[
-    float | None,
-    typer.Option(
-        "--tie-tolerance",
-        help="vllm, nats: a greedy divergence where the baseline's top two tokens are this close is a near-tie "
-        "(default by dtype: bfloat16 0.25, float16 0.05, float32 0.01).",
-        rich_help_panel=ENGINE,
-    ),
-]
-Device = Annotated[str, typer.Option("--device", help="auto, cpu or cuda[:N].", rich_help_panel=ENGINE)]
-Dtype = Annotated[str, typer.Option("--dtype", help="auto, float32, bfloat16 or float16.", rich_help_panel=ENGINE)]
-Threads = Annotated[
-    int | None, typer.Option("--threads", help="CPU threads for torch (default: torch's).", rich_help_panel=ENGINE)
-]
-SkipTooLong = Annotated[
-    bool,
-    typer.Option(
-        "--skip-too-long",
-        help="Skip requests longer than the target's context instead of failing.",
-        rich_help_panel=WORKLOAD,
-    ),
-]
-AllowTokenizerMismatch = Annotated[
-    bool,
-    typer.Option(
-        "--allow-tokenizer-mismatch",
-        help="Run a draft with another tokenizer (universal assisted generation).",
-        rich_help_panel=SPACE,
-    ),
-]
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def declared(options: Sequence[Option], *, context: bool = False) -> Callable[[F], F]:
+    """Give `func(ctx, **values)` the signature typer reads its parameters from: `ctx` (with `context`), then one
+    parameter per option. Apply it below `handle_errors` (which copies the annotations)."""
+
+    def decorate(func: F) -> F:
+        kind = inspect.Parameter.POSITIONAL_OR_KEYWORD
+        params = [inspect.Parameter("ctx", kind, annotation=typer.Context)] if context else []
+        params += [
+            inspect.Parameter(
+                option.name,
+                kind,
+                default=typer.Option(option.default, option.flags, help=option.help, rich_help_panel=option.panel),
+                annotation=option.type,
+            )
+            for option in options
+        ]
+        func.__signature__ = inspect.Signature(params, return_annotation=None)  # type: ignore[attr-defined]
+        func.__annotations__ = {param.name: param.annotation for param in params} | {"return": None}
+        return func
+
+    return decorate

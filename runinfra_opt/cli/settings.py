@@ -19,8 +19,28 @@ import typer
 import yaml
 
 from runinfra_opt.errors import UserInputError
+from runinfra_opt.options import BUDGET, Option
 
-FILE_OPTIONS = frozenset({"config_file", "print_config"})
+CONFIG_FILE = Option(
+    "config_file",
+    "--config",
+    Path | None,
+    None,
+    "A YAML file of settings: each option's long name as a key (`max-tokens: 24`); options given on the command "
+    "line override it.",
+    BUDGET,
+)
+PRINT_CONFIG = Option(
+    "print_config",
+    "--print-config",
+    bool,
+    False,
+    "Check the effective settings, print them as --config YAML and exit.",
+    BUDGET,
+)
+SETTINGS_OPTIONS = (CONFIG_FILE, PRINT_CONFIG)
+"""The options that say where a command's settings come from or go (a command with them declares them last)."""
+FILE_OPTIONS = frozenset(option.name for option in SETTINGS_OPTIONS)
 """Parameters that say where settings come from or go: never settings themselves."""
 TYPED = frozenset({"COMMANDLINE", "ENVIRONMENT", "PROMPT"})
 """Parameter sources (click's `ParameterSource` names) of a value the user gave: these override the file."""

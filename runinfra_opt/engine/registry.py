@@ -178,6 +178,17 @@ class EngineSetup:
     skip_too_long: bool = False
     seed: int = 0
 
+    @classmethod
+    def of(cls, config: object, **overrides: Any) -> EngineSetup:
+        """The setup a command's config names: each field from the config's attribute of the same name (`options`
+        from its `engine_options`; one it lacks keeps its default), then `overrides`."""
+        values: dict[str, Any] = {}
+        for f in fields(cls):
+            attribute = "engine_options" if f.name == "options" else f.name
+            if hasattr(config, attribute):
+                values[f.name] = getattr(config, attribute)
+        return cls(**(values | overrides))
+
 
 def open_engine(
     setup: EngineSetup, *, on_load: Callable[[str], None] | None = None, log_dir: Path | None = None

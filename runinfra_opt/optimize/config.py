@@ -5,224 +5,140 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, TypeVar
 
-from runinfra_opt.drafts import DEFAULT_DRAFTS_DIR, find_distilled_drafts
+from runinfra_opt.drafts import find_distilled_drafts
 from runinfra_opt.engine import registry as engine_registry
 from runinfra_opt.engine.registry import EngineOptions, EngineSetup
 from runinfra_opt.errors import UserInputError
-from runinfra_opt.load.spec import check_burstiness, check_time_scale, parse_load
-from runinfra_opt.methods import get_method
+from runinfra_opt.load.spec import parse_load
 from runinfra_opt.methods import registry as method_registry
 from runinfra_opt.models import resolve_model
-from runinfra_opt.objective import DEFAULT_MIN_SPEEDUP, Objective
-from runinfra_opt.results import DEFAULT_MANIFEST
+from runinfra_opt.objective import Objective
+from runinfra_opt.optimize.options import OPTION, OPTIONS, Executor, Strategy
+from runinfra_opt.optimize.space import SpaceSettings
+from runinfra_opt.options import ENGINE_OPTIONS, OBJECTIVE
 
-Strategy = Literal["predictive", "exhaustive"]
-Executor = Literal["local", "ray"]
+DECLARED: Any = object()
+"""A config field's default: its option's (`optimize.options.OPTIONS`), set by `_declared`."""
+NOT_OPTIONS = frozenset({"objective", "engine_options", "quick_cost"})
+"""The fields no one option fills: the objective and the engine's options gather several, `quick_cost` is for
+tests and benchmarks."""
 
-STRATEGIES: tuple[Strategy, ...] = ("predictive", "exhaustive")
-EXECUTORS: tuple[Executor, ...] = ("local", "ray")
-DEFAULT_MAX_RETRIES = 2
-
-DEFAULT_BUDGET_MINUTES = 7.0
-"""Planned time for measuring (cost model, baseline, profiling, confirmation). With model loading and the
-margins of the plan, `optimize --priority throughput` with no other argument ends in under 10 minutes on a
-2-core CPU."""
-DEFAULT_CONFIRM = 3
-DEFAULT_RUNS_ROOT = Path(".runinfra") / "runs"
-DEFAULT_SLO_ATTAINMENT = 0.99
+_Config = TypeVar("_Config")
 
 
-def parse_methods(values: list[str] | tuple[str, ...] | None) -> tuple[str, ...] | None:
-    """Methods from repeatable or comma-separated values; `baseline` is always measured and may be omitted."""
-    if not values:
-        return None
-    out: list[str] = []
-    for value in values:
-        for item in value.split(","):
-            name = item.strip().replace("-", "_")  # `early-exit` and `early_exit` both work
-            if not name:
-                continue
-            try:
-                get_method(name)
-            except UserInputError as exc:
-                raise UserInputError(f"--methods {item.strip()}: {exc}") from None
-            if name not in out:
-                out.append(name)
-    return tuple(out) or None
-
-
-def parse_repeats(value: str | int | None) -> int | None:
-    """`--repeats auto` (None) or a whole number >= 1."""
-    if value is None or (isinstance(value, str) and value.strip().lower() == "auto"):
-        return None
-    try:
-        number = int(str(value).strip())
-    except ValueError:
-        raise UserInputError(f"--repeats {value}: expected auto or a whole number >= 1") from None
-    if number < 1:
-        raise UserInputError(f"--repeats {value}: must be >= 1 (or auto)")
-    return number
-
-
-def parse_int_list(
-    option: str, values: list[str] | tuple[str, ...] | None, *, minimum: int = 1
-) -> tuple[int, ...] | None:
-    """Integers from repeatable or comma-separated values (`--lookahead 2,4 --lookahead 8`)."""
-    if not values:
-        return None
-    out: list[int] = []
-    for value in values:
-        for item in str(value).split(","):
-            item = item.strip()
-            if not item:
-                continue
-            try:
-                number = int(item)
-            except ValueError:
-                raise UserInputError(f"{option} {item}: expected an integer") from None
-            if number < minimum:
-                raise UserInputError(f"{option} {number}: must be >= {minimum}")
-            if number not in out:
-                out.append(number)
-    return tuple(sorted(out)) or None
-
-
-RAY_OPTIONS = ("num_cpus", "num_gpus", "memory")
-"""`--trial-resources` keys that are Ray task options; any other key names a custom Ray resource."""
-
-
-def parse_trial_resources(value: str) -> dict[str, float]:
-    """`num_cpus=4,num_gpus=1,memory=8e9,my_resource=1` to a dict of amounts (checked: names, numbers >= 0)."""
-    out: dict[str, float] = {}
-    for item in value.split(","):
-        item = item.strip()
-        if not item:
+def _declared(cls: type[_Config]) -> type[_Config]:
+    """Give each field an option fills (`Option.config_field`) that option's default; a field of an option that
+    is missing or has a default of its own, or a `DECLARED` field that no option fills, fails at import."""
+    for option in OPTIONS:
+        name = option.config_field
+        if name is None:
             continue
-        name, sep, amount = item.partition("=")
-        name = name.strip()
-        if not sep or not name:
-            raise UserInputError(f"--trial-resources {item}: expected NAME=AMOUNT (e.g. num_cpus=4,num_gpus=1)")
-        try:
-            number = float(amount)
-        except ValueError:
-            raise UserInputError(f"--trial-resources {item}: {amount.strip()!r} is not a number") from None
-        if number < 0:
-            raise UserInputError(f"--trial-resources {item}: must be >= 0")
-        out[name] = number
-    if not out:
-        raise UserInputError("--trial-resources: empty (e.g. num_cpus=4,num_gpus=1)")
-    return out
+        if vars(cls).get(name) is not DECLARED:
+            raise TypeError(f"{cls.__name__}.{name}: {option.flag} fills it; declare it `{name}: TYPE = DECLARED`")
+        setattr(cls, name, option.value(None))
+    stray = [name for name, value in vars(cls).items() if value is DECLARED]
+    if stray:
+        raise TypeError(f"{cls.__name__}: no option in optimize.options fills {', '.join(stray)}")
+    return cls
+
+
+def _flag(name: str) -> str:
+    return OPTION[name].flag
 
 
 @dataclass(frozen=True)
+@_declared
 class OptimizeConfig:
     """Everything that decides what an `optimize` run measures and how it picks. Stored in results.json."""
 
     objective: Objective = field(default_factory=Objective)
     """Priority, TTFT percentile, constraints and minimum speed-up (stored as flat keys: `to_dict`)."""
-    workload: str | None = None
+    workload: str | None = DECLARED
     """Bundled workload name or a file path; None: the default bundled workload."""
-    workload_format: str | None = None
-    target: str = "default"
-    drafts: tuple[str, ...] = ()
-    engine: str = engine_registry.DEFAULT_ENGINE
+    workload_format: str | None = DECLARED
+    target: str = DECLARED
+    drafts: tuple[str, ...] = DECLARED
+    engine: str = DECLARED
     """The engine that runs and measures (`engine.registry`)."""
     engine_options: EngineOptions = field(default_factory=EngineOptions)
     """The engine's own typed options (its class from the registry, e.g. the vllm engine's `VllmOptions`);
     the base `EngineOptions` given for an engine with its own class stands for that class's defaults."""
-    methods: tuple[str, ...] | None = None
+    methods: tuple[str, ...] | None = DECLARED
     """None: every method that applies (draft only with --draft)."""
-    lookaheads: tuple[int, ...] | None = None
+    lookaheads: tuple[int, ...] | None = DECLARED
     """None: each method's default lookaheads (see `space`)."""
-    ngram_max: tuple[int, ...] | None = None
-    exit_layers: tuple[int, ...] | None = None
-    strategy: Strategy = "predictive"
-    confirm: int = DEFAULT_CONFIRM
-    repeats: int | None = None
+    ngram_max: tuple[int, ...] | None = DECLARED
+    exit_layers: tuple[int, ...] | None = DECLARED
+    strategy: Strategy = DECLARED
+    confirm: int = DECLARED
+    repeats: int | None = DECLARED
     """None (`--repeats auto`): 2 or 3 by budget, then more for the leading candidates until the decision is
     clear (`optimize.phases.extend`); an integer: exactly that many."""
-    budget_minutes: float = DEFAULT_BUDGET_MINUTES
-    max_requests: int | None = None
+    budget_minutes: float = DECLARED
+    max_requests: int | None = DECLARED
     """Hard cap on requests used (after the budget plan), e.g. for tests and benchmarks."""
-    max_tokens: int | None = None
+    max_tokens: int | None = DECLARED
     """Cap on output tokens per request (requests keep their own max_tokens when smaller)."""
-    device: str = "auto"
-    dtype: str = "auto"
-    threads: int | None = None
-    seed: int = 0
-    remeasure_cost: bool = False
-    allow_tokenizer_mismatch: bool = False
-    skip_too_long: bool = False
-    run_dir: str | None = None
-    out: str = DEFAULT_MANIFEST
-    runs_root: str = str(DEFAULT_RUNS_ROOT)
+    device: str = DECLARED
+    dtype: str = DECLARED
+    threads: int | None = DECLARED
+    seed: int = DECLARED
+    remeasure_cost: bool = DECLARED
+    allow_tokenizer_mismatch: bool = DECLARED
+    skip_too_long: bool = DECLARED
+    run_dir: str | None = DECLARED
+    out: str = DECLARED
+    runs_root: str = DECLARED
     quick_cost: bool = False
     """Measure the cost model on fewer sizes (for tests and benchmarks on tiny models; not a CLI option)."""
-    executor: Executor = "local"
+    executor: Executor = DECLARED
     """Where confirmation trials run: `local` (in this process, interleaved) or `ray` (one Ray task per trial)."""
-    ray_address: str | None = None
+    ray_address: str | None = DECLARED
     """`--ray-address`: the cluster to join (None: start a local one); `ray` executor only."""
-    trial_resources: str | None = None
+    trial_resources: str | None = DECLARED
     """`--trial-resources`, e.g. `num_cpus=4,num_gpus=1` (None: one GPU on CUDA, else --threads CPUs)."""
-    max_retries: int = DEFAULT_MAX_RETRIES
+    max_retries: int = DECLARED
     """Times a trial whose worker or node died is submitted again before it is reported as failed."""
-    load: str = "auto"
+    load: str = DECLARED
     """`--load`: the load levels every measured variant is served under (engines with `serve_load`: vllm), e.g.
     `replay+concurrency:1,4,16`; `auto`: on vllm, the recorded arrivals (when the workload has them) plus a
     concurrency sweep sized to the requests (`optimize.underload.auto_levels`), on transformers nothing; `none`:
     batch 1 only."""
-    time_scale: float = 1.0
+    time_scale: float = DECLARED
     """`--time-scale`: replay's gaps multiplied by this (0.5 replays twice as fast)."""
-    burstiness: float = 1.0
+    burstiness: float = DECLARED
     """`--burstiness`: rate levels' gamma shape (1: Poisson)."""
-    slo_ttft_ms: float | None = None
-    slo_tpot_ms: float | None = None
+    slo_ttft_ms: float | None = DECLARED
+    slo_tpot_ms: float | None = DECLARED
     """`--slo-ttft-ms` / `--slo-tpot-ms`: the service levels goodput counts (under load), and capacity is held to."""
-    slo_attainment: float = DEFAULT_SLO_ATTAINMENT
+    slo_attainment: float = DECLARED
     """`--slo-attainment`: the share of requests that must meet every SLO at a rate one server sustains."""
-    target_rate: float | None = None
+    target_rate: float | None = DECLARED
     """`--target-rate`: the requests/s the deployment must serve (`--priority capacity`; None: the recorded
     traffic's peak rate, when the workload records arrivals)."""
-    server_cost_per_hour: float | None = None
+    server_cost_per_hour: float | None = DECLARED
     """`--server-cost-per-hour`: one server's price, for the cost per hour and per million output tokens."""
-    capacity_requests: int | None = None
+    capacity_requests: int | None = DECLARED
     """`--capacity-requests`: requests each offered rate of a capacity search sends, the planned ones cycled
     (`load.cycle`; None: `optimize.capacity.DEFAULT_REQUESTS`, or the planned requests once when more)."""
 
     def __post_init__(self) -> None:
         self._check_engine()
-        if self.strategy not in STRATEGIES:
-            raise UserInputError(f"--strategy {self.strategy}: expected one of {', '.join(STRATEGIES)}")
-        if self.confirm < 1:
-            raise UserInputError(f"--confirm {self.confirm}: must be >= 1")
-        if self.repeats is not None and self.repeats < 1:
-            raise UserInputError(f"--repeats {self.repeats}: must be >= 1")
-        if self.budget_minutes <= 0:
-            raise UserInputError(f"--budget-minutes {self.budget_minutes}: must be > 0")
-        if self.max_tokens is not None and self.max_tokens < 1:
-            raise UserInputError(f"--max-tokens {self.max_tokens}: must be >= 1")
-        if self.max_requests is not None and self.max_requests < 1:
-            raise UserInputError(f"--max-requests {self.max_requests}: must be >= 1")
-        if self.threads is not None and self.threads < 1:
-            raise UserInputError(f"--threads {self.threads}: must be >= 1")
-        if self.executor not in EXECUTORS:
-            raise UserInputError(f"--executor {self.executor}: expected one of {', '.join(EXECUTORS)}")
+        for option in OPTIONS:  # each option's own check, on its field's value
+            if option.config_field:
+                option.checked(getattr(self, option.config_field))
         if self.executor != "ray" and (self.ray_address is not None or self.trial_resources is not None):
-            option = "--ray-address" if self.ray_address is not None else "--trial-resources"
-            raise UserInputError(f"{option} needs --executor ray")
-        if self.trial_resources is not None:
-            parse_trial_resources(self.trial_resources)
+            flag = _flag("ray_address" if self.ray_address is not None else "trial_resources")
+            raise UserInputError(f"{flag} needs {_flag('executor')} ray")
         if self.executor == "ray" and not engine_registry.spec(self.engine).runs_in_trial:
             raise UserInputError(
-                f"--executor ray runs the {' or '.join(engine_registry.trial_engines())} engine only "
-                f"(the {self.engine} engine: --executor local)"
+                f"{_flag('executor')} ray runs the {' or '.join(engine_registry.trial_engines())} engine only "
+                f"(the {self.engine} engine: {_flag('executor')} local)"
             )
-        if self.max_retries < 0:
-            raise UserInputError(f"--max-retries {self.max_retries}: must be >= 0")
         if self.methods is not None and "draft" in self.methods and not self.drafts:
-            raise UserInputError("--methods draft needs at least one --draft model")
+            raise UserInputError(f"{_flag('methods')} draft needs at least one {_flag('draft')} model")
         self._check_load()
         method_registry.check_drafts(self.drafts)  # e.g. --draft eagle3:PATH: PATH/config.json must exist
 
@@ -231,49 +147,39 @@ class OptimizeConfig:
         if type(self.engine_options) is not cls:
             if type(self.engine_options) is not EngineOptions:
                 raise UserInputError(
-                    f"--engine {self.engine}: options of another engine ({type(self.engine_options).__name__})"
+                    f"{_flag('engine')} {self.engine}: options of another engine "
+                    f"({type(self.engine_options).__name__})"
                 )
             object.__setattr__(self, "engine_options", cls())
 
     def _check_load(self) -> None:
-        check_time_scale(self.time_scale)
-        check_burstiness(self.burstiness)
-        for option, value in (("--slo-ttft-ms", self.slo_ttft_ms), ("--slo-tpot-ms", self.slo_tpot_ms)):
-            if value is not None and not value > 0:
-                raise UserInputError(f"{option} {value:g}: must be > 0 (milliseconds)")
         self._check_capacity()
         spec = self.load.strip().lower()
         if spec in ("auto", "none"):
             return
         parse_load(self.load, time_scale=self.time_scale, burstiness=self.burstiness, seed=self.seed)
         if not engine_registry.spec(self.engine).serves_load:
-            serving = " or ".join(f"--engine {name}" for name in engine_registry.serving_engines())
             raise UserInputError(
-                f"--load {self.load}: the {self.engine} engine runs one request at a time; load levels need a "
-                f"serving engine ({serving})"
+                f"{_flag('load')} {self.load}: the {self.engine} engine runs one request at a time; load levels "
+                f"need a serving engine ({_serving()})"
             )
 
     def _check_capacity(self) -> None:
-        if not 0 < self.slo_attainment <= 1:
-            raise UserInputError(f"--slo-attainment {self.slo_attainment:g}: must be a share in (0, 1] (e.g. 0.99)")
-        if self.capacity_requests is not None and self.capacity_requests < 1:
-            raise UserInputError(f"--capacity-requests {self.capacity_requests}: must be at least 1")
-        costs = (("--target-rate", self.target_rate), ("--server-cost-per-hour", self.server_cost_per_hour))
-        for option, value in costs:
-            if value is not None and not value > 0:
-                raise UserInputError(f"{option} {value:g}: must be > 0")
-            if value is not None and not self.objective.on_capacity:
-                raise UserInputError(f"{option} needs --priority capacity")
+        capacity = f"{_flag('priority')} capacity"
+        for name in ("target_rate", "server_cost_per_hour"):
+            if getattr(self, name) is not None and not self.objective.on_capacity:
+                raise UserInputError(f"{_flag(name)} needs {capacity}")
         if not self.objective.on_capacity:
             return
         if not engine_registry.spec(self.engine).serves_load:
-            serving = " or ".join(f"--engine {name}" for name in engine_registry.serving_engines())
             raise UserInputError(
-                f"--priority capacity: the {self.engine} engine runs one request at a time; the rate one server "
-                f"sustains needs a serving engine ({serving})"
+                f"{capacity}: the {self.engine} engine runs one request at a time; the rate one server "
+                f"sustains needs a serving engine ({_serving()})"
             )
         if self.slo_ttft_ms is None and self.slo_tpot_ms is None:
-            raise UserInputError("--priority capacity needs a service level: --slo-ttft-ms and/or --slo-tpot-ms")
+            raise UserInputError(
+                f"{capacity} needs a service level: {_flag('slo_ttft_ms')} and/or {_flag('slo_tpot_ms')}"
+            )
 
     def to_dict(self) -> dict[str, Any]:
         """The stored form: every field under its own name, the objective's fields flat beside them (the keys
@@ -306,67 +212,42 @@ class OptimizeConfig:
 
     @classmethod
     def from_options(cls, values: Mapping[str, Any], *, on_note: Callable[[str], None] | None = None) -> OptimizeConfig:
-        """The config from `optimize`'s option values, keyed by parameter name as the command declares them
-        (`priority`, `vllm_python`, `draft`, `lookahead`, `runs_root`, ...; one missing takes the field's
-        default). Without `--draft`, drafts distilled for the target in `drafts_dir` are used (`on_note` says
-        which)."""
-        def value(name: str, default: Any = None) -> Any:
-            got = values.get(name)
-            return default if got is None else got
-
-        target = str(value("target", "default"))
-        drafts = tuple(dict.fromkeys(value("draft", ())))
-        methods = parse_methods(value("methods", ()))
-        if not drafts and (methods is None or "draft" in methods):
-            drafts_dir = Path(value("drafts_dir", DEFAULT_DRAFTS_DIR))
-            drafts = tuple(find_distilled_drafts(resolve_model(target).sha256(), drafts_dir))
-            if drafts and on_note is not None:
+        """The config from `optimize`'s option values, keyed by parameter name (`optimize.options.OPTIONS`:
+        `priority`, `vllm_python`, `draft`, `lookahead`, `runs_root`, ...; one missing or None takes its
+        default), each parsed by its option. Without `--draft`, drafts distilled for the target in `drafts_dir`
+        are used (`on_note` says which)."""
+        given = {option.name: option.value(values.get(option.name)) for option in OPTIONS}
+        engine = engine_registry.check(str(given["engine"]))
+        kwargs: dict[str, Any] = {}
+        objective: dict[str, Any] = {}
+        for option in OPTIONS:
+            if option.config_field:
+                kwargs[option.config_field] = given[option.name]
+            elif option.to is not None and option.to.startswith(OBJECTIVE):
+                objective[option.to.removeprefix(OBJECTIVE)] = given[option.name]
+        if not kwargs["drafts"] and (kwargs["methods"] is None or "draft" in kwargs["methods"]):
+            drafts_dir = Path(given["drafts_dir"])
+            kwargs["drafts"] = tuple(find_distilled_drafts(resolve_model(kwargs["target"]).sha256(), drafts_dir))
+            if kwargs["drafts"] and on_note is not None:
                 on_note(
-                    f"using {len(drafts)} draft(s) distilled for this target, found in {drafts_dir}: "
-                    + ", ".join(Path(d).name for d in drafts)
+                    f"using {len(kwargs['drafts'])} draft(s) distilled for this target, found in {drafts_dir}: "
+                    + ", ".join(Path(d).name for d in kwargs["drafts"])
                 )
-        engine = engine_registry.check(str(value("engine", engine_registry.DEFAULT_ENGINE)))
-        kwargs: dict[str, Any] = {
-            name: values[name] for name in {f.name for f in fields(cls)} & set(values) if values[name] is not None
-        }
+        engine_values = {option.name: given[option.name] for option in OPTIONS if option.to == ENGINE_OPTIONS}
         kwargs.update(
-            objective=Objective.parse(
-                str(value("priority", "throughput")),
-                str(value("percentile", "p95")),
-                max_ttft_ms=values.get("max_ttft_ms"),
-                max_ttft_regression=values.get("max_ttft_regression"),
-                min_speedup=value("min_speedup", DEFAULT_MIN_SPEEDUP),
-                require_speedup=bool(value("require_speedup", False)),
-            ),
-            target=target,
-            drafts=drafts,
-            methods=methods,
-            lookaheads=parse_int_list("--lookahead", value("lookahead", ())),
-            ngram_max=parse_int_list("--ngram-max", value("ngram_max", ())),
-            exit_layers=parse_int_list("--exit-layers", value("exit_layers", ())),
-            repeats=parse_repeats(value("repeats", "auto")),
             engine=engine,
-            engine_options=engine_registry.engine_options(engine, values),
-            run_dir=str(values["run_dir"]) if values.get("run_dir") else None,
-            out=str(value("out", DEFAULT_MANIFEST)),
-            runs_root=str(value("runs_root", DEFAULT_RUNS_ROOT)),
+            objective=Objective.parse(**objective),
+            engine_options=engine_registry.engine_options(engine, engine_values),
         )
         return cls(**kwargs)
 
     def engine_setup(self, *, threads: int | None = None) -> EngineSetup:
         """What opens this run's engine (`threads`: a trial's own, else the run's)."""
-        return EngineSetup(
-            engine=self.engine,
-            target=self.target,
-            drafts=self.drafts,
-            options=self.engine_options,
-            device=self.device,
-            dtype=self.dtype,
-            threads=self.threads if threads is None else threads,
-            allow_tokenizer_mismatch=self.allow_tokenizer_mismatch,
-            skip_too_long=self.skip_too_long,
-            seed=self.seed,
-        )
+        return EngineSetup.of(self, **({} if threads is None else {"threads": threads}))
+
+    def space_settings(self) -> SpaceSettings:
+        """What this run asks of the search space (`space.build_space`)."""
+        return SpaceSettings(**{f.name: getattr(self, f.name) for f in fields(SpaceSettings)})
 
     def with_changes(self, **changes: Any) -> OptimizeConfig:
         return replace(self, **changes)
@@ -380,3 +261,7 @@ class OptimizeConfig:
     def pair_baseline(self) -> bool:
         """Whether the engine's options ask to time each candidate beside the baseline's server."""
         return self.engine_options.pairs_baseline
+
+
+def _serving() -> str:
+    return " or ".join(f"{_flag('engine')} {name}" for name in engine_registry.serving_engines())

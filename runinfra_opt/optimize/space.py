@@ -12,6 +12,7 @@ narrow or widen the defaults; on vllm_ngram, `--ngram-max N` means the window [1
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from runinfra_opt.engine.registry import DEFAULT_ENGINE
 from runinfra_opt.errors import UserInputError
@@ -19,18 +20,22 @@ from runinfra_opt.methods import BASELINE, Variant, get_method, method_names
 from runinfra_opt.methods.base import SpaceSpec
 
 
-def build_space(
-    *,
-    num_layers: int,
-    drafts: Sequence[str] = (),
-    methods: Sequence[str] | None = None,
-    lookaheads: Sequence[int] | None = None,
-    ngram_max: Sequence[int] | None = None,
-    exit_layers: Sequence[int] | None = None,
-    engine: str = DEFAULT_ENGINE,
-) -> list[Variant]:
+@dataclass(frozen=True)
+class SpaceSettings:
+    """What the user asked of the search space (`--draft`, `--methods`, `--lookahead`, `--ngram-max`,
+    `--exit-layers`; None keeps the defaults). A run's: `OptimizeConfig.space_settings()`."""
+
+    drafts: Sequence[str] = ()
+    methods: Sequence[str] | None = None
+    lookaheads: Sequence[int] | None = None
+    ngram_max: Sequence[int] | None = None
+    exit_layers: Sequence[int] | None = None
+
+
+def build_space(settings: SpaceSettings, *, num_layers: int, engine: str = DEFAULT_ENGINE) -> list[Variant]:
     """Every variant to consider, baseline first, then in order of simplicity (method rank). Without
-    `methods`, the methods whose defaults include `engine` (`SpecMethod.default_engines`)."""
+    `settings.methods`, the methods whose defaults include `engine` (`SpecMethod.default_engines`)."""
+    drafts, methods = settings.drafts, settings.methods
     if methods:
         chosen = [get_method(name) for name in methods]
         for method in chosen:
@@ -43,7 +48,11 @@ def build_space(
             if get_method(name).in_default_space and _on(get_method(name).default_engines, engine)
         ]
     spec = SpaceSpec(
-        num_layers=num_layers, drafts=tuple(drafts), lookaheads=lookaheads, ngram_max=ngram_max, exit_layers=exit_layers
+        num_layers=num_layers,
+        drafts=tuple(drafts),
+        lookaheads=settings.lookaheads,
+        ngram_max=settings.ngram_max,
+        exit_layers=settings.exit_layers,
     )
     variants: list[Variant] = [BASELINE]
     for method in sorted(chosen, key=lambda m: m.rank):

@@ -17,9 +17,10 @@ from typing import TYPE_CHECKING, Any
 
 from runinfra_opt.errors import RuninfraError, UserInputError
 from runinfra_opt.methods import BASELINE
-from runinfra_opt.optimize.config import RAY_OPTIONS, OptimizeConfig, parse_trial_resources
+from runinfra_opt.optimize.config import OptimizeConfig
 from runinfra_opt.optimize.executors.store import TrialFile, read_trials, write_trial
 from runinfra_opt.optimize.executors.trial import TrialOutcome, TrialSpec, run_trial, trial_specs
+from runinfra_opt.optimize.options import RAY_OPTIONS, parse_trial_resources
 from runinfra_opt.optimize.state import RunState
 from runinfra_opt.signals import Terminated, cancellation
 

@@ -56,15 +56,7 @@ def run(state: RunState) -> None:
         if (note := measurable.trained_on_note()) is not None:
             results.add_note(note, kind="left_out")
     state.requests = measurable.requests
-    space = build_space(
-        num_layers=engine.target_layers,
-        drafts=config.drafts,
-        methods=config.methods,
-        lookaheads=config.lookaheads,
-        ngram_max=config.ngram_max,
-        exit_layers=config.exit_layers,
-        engine=engine.name,
-    )
+    space = build_space(config.space_settings(), num_layers=engine.target_layers, engine=engine.name)
     state.space = []
     left_out: dict[str, list[str]] = {}
     for variant in space:
