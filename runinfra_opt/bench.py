@@ -22,10 +22,10 @@ from runinfra_opt.methods.base import MethodOptions
 from runinfra_opt.records import RequestRecord, compare_to_baseline, default_tie_tolerance
 from runinfra_opt.results import Interval, Summary
 from runinfra_opt.stats import speedup, summarize
+from runinfra_opt.workload import DEFAULT_MAX_TOKENS, DEFAULT_WORKLOAD
 from runinfra_opt.workload.model import Request, Workload
 from runinfra_opt.workload.sessions import SessionHistory
 
-DEFAULT_MAX_TOKENS = 128
 WARMUP_TOKENS = 8
 
 ProgressCallback = Callable[[int, int, str], None]
@@ -142,7 +142,7 @@ class BenchConfig:
     """Everything `runinfra-opt bench` was asked to do."""
 
     variant: Variant
-    workload: str = "mixed"
+    workload: str = DEFAULT_WORKLOAD
     target: str = "default"
     draft: str | None = None
     engine: str = DEFAULT_ENGINE

@@ -27,10 +27,17 @@ from runinfra_opt.options import (
     WORKLOAD,
     Option,
 )
+from runinfra_opt.workload import DEFAULT_MAX_TOKENS, DEFAULT_WORKLOAD
 
 OPTIONS = (
     Option(
-        "workload", "--workload", str, "mixed", "Bundled workload name or a workload file.", WORKLOAD, to="workload"
+        "workload",
+        "--workload",
+        str,
+        DEFAULT_WORKLOAD,
+        "Bundled workload name or a workload file.",
+        WORKLOAD,
+        to="workload",
     ),
     Option(
         "method",
@@ -71,7 +78,7 @@ OPTIONS = (
         "max_tokens",
         "--max-tokens",
         int,
-        128,
+        DEFAULT_MAX_TOKENS,
         "Max new tokens per request (a request's own max_tokens caps it further).",
         WORKLOAD,
         to="max_tokens",
