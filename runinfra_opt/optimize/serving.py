@@ -23,7 +23,15 @@ from runinfra_opt.predict.calibrate import as_served, calibration_runs
 from runinfra_opt.predict.overhead import NONE as NO_OVERHEAD
 from runinfra_opt.predict.serving import predictable
 from runinfra_opt.records import RequestRecord
-from runinfra_opt.results import PredictedLevel
+from runinfra_opt.results import (
+    Batch1Corrections,
+    CostModelRecord,
+    PredictedLevel,
+    ServingCosts,
+    SpecOverheads,
+    SpecTerms,
+    StepCostsRecord,
+)
 from runinfra_opt.stats import summarize_with_intervals
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -33,10 +41,6 @@ if TYPE_CHECKING:  # pragma: no cover
     from runinfra_opt.predict.overhead import SpecOverhead
     from runinfra_opt.predict.serving import RequestPasses
     from runinfra_opt.predict.steptable import StepCostTable
-
-STEP_COSTS_KEY = "step_costs"
-"""`results.cost_model[...]`: the step-cost measurement (table, trials, rejected tries, wall time)."""
-
 
 def measure(state: RunState) -> None:
     """Phase `cost` on a serving engine: the step-cost table on the baseline's server, as far as the run can use it
@@ -61,12 +65,9 @@ def measure(state: RunState) -> None:
         return
     finally:
         state.reporter.end_phase()
-    state.results.cost_model = {STEP_COSTS_KEY: measurement.to_dict(), "kind": "serving step costs"}
+    measured = StepCostsRecord.model_validate(measurement.to_dict())
+    state.results.cost_model = CostModelRecord(serving=ServingCosts(step_costs=measured))
     state.save()
-
-
-DRAFT_STEP_COSTS_KEY = "draft_step_costs"
-"""`results.cost_model[...][drafter role]`: a draft model's step-cost measurement, on a server of its own."""
 
 
 def _limits(state: RunState) -> tuple[int | None, int]:
@@ -96,7 +97,8 @@ def _draft_models(state: RunState) -> dict[str, list[Variant]]:
 
 def profiled(state: RunState) -> set[str]:
     """The drafter roles the serving predictor can price: agreement flags and a step-cost table both recorded."""
-    tables = state.results.cost_model.get(DRAFT_STEP_COSTS_KEY, {})
+    recorded = state.results.cost_model.serving
+    tables = recorded.draft_step_costs if recorded is not None else {}
     agreement = state.results.profile.get("agreement", {})
     return {role for role in tables if role in agreement}
 
@@ -122,13 +124,14 @@ def profile(state: RunState) -> None:
     from runinfra_opt.optimize.state import agreement_bits
 
     drafts = _draft_models(state)
-    if not drafts or STEP_COSTS_KEY not in state.results.cost_model:
+    recorded = state.results.cost_model.serving
+    if not drafts or recorded is None:
         return
     assert state.engine is not None
     engine = cast(StepCostMeter, state.engine)
     results = state.results
     agreement: dict[str, dict[str, str]] = results.profile.setdefault("agreement", {})
-    tables: dict[str, Any] = results.cost_model.setdefault(DRAFT_STEP_COSTS_KEY, {})
+    tables = recorded.draft_step_costs
     base = state.baseline_records()
     greedy = [r for r in state.requests if r.greedy and r.id in base]
     seqs = [(state.engine.prompts.prompt_ids(r), list(base[r.id].output_ids or [])) for r in greedy]
@@ -147,7 +150,8 @@ def profile(state: RunState) -> None:
         if role not in tables:
             max_tokens = 1 + max(v.lookahead for v in variants)
             try:
-                tables[role] = engine.draft_step_costs(spec, max_batch, max_tokens, max_prefill).to_dict()
+                measurement = engine.draft_step_costs(spec, max_batch, max_tokens, max_prefill)
+                tables[role] = StepCostsRecord.model_validate(measurement.to_dict())
             except EngineError as exc:
                 results.add_note(
                     f"the step costs of {role} could not be measured on a server of its own: "
@@ -177,7 +181,9 @@ def step_table(state: RunState) -> StepCostTable:
     (`StepCostTable.monotone`; the results keep the measured cells)."""
     from runinfra_opt.predict.steptable import StepCostTable
 
-    return StepCostTable.from_dict(state.results.cost_model[STEP_COSTS_KEY]["table"]).monotone()
+    recorded = state.results.cost_model.serving
+    assert recorded is not None
+    return StepCostTable.from_dict(recorded.step_costs.table.model_dump()).monotone()
 
 
 def _passes(state: RunState, variant: Variant) -> list[RequestPasses]:
@@ -241,7 +247,7 @@ def _inputs(
 ) -> tuple[StepCostTable, list[Variant], dict[str, DraftCost], dict[str, list[RequestPasses]]] | None:
     """What both predictions start from: the step-cost table, the predictable variants, their draft models'
     proposers and their simulated passes; None before the table is measured or without the baseline's passes."""
-    if STEP_COSTS_KEY not in state.results.cost_model:
+    if state.results.cost_model.serving is None:
         return None
     table = step_table(state)
     ready = profiled(state)
@@ -285,12 +291,14 @@ def predict(state: RunState, *, after_confirm: bool = False, interim: bool = Fal
     table, variants, drafts, passes = inputs
     base_passes = passes[BASELINE.name]
     calibration = _batch1_calibration(state, table, base_passes, after_confirm)
+    recorded = results.cost_model.serving
+    assert recorded is not None  # `_inputs` found the table
     if calibration is not None:
-        results.cost_model["batch1_corrections"] = {
-            "step_s": calibration.corrections.step_s,
-            "request_s": calibration.corrections.request_s,
-            "fitted_to": "confirmed baseline repeats" if after_confirm else "baseline pass",
-        }
+        recorded.batch1_corrections = Batch1Corrections(
+            step_s=calibration.corrections.step_s,
+            request_s=calibration.corrections.request_s,
+            fitted_to="confirmed baseline repeats" if after_confirm else "baseline pass",
+        )
     if after_confirm:  # the figures the candidates were first ranked by (kept through interim re-fits and resumes)
         results.profile.setdefault(
             "ranking_predicted_tokens_per_s",
@@ -353,14 +361,11 @@ def draft_cost(state: RunState, variant: Variant) -> DraftCost | None:
     from runinfra_opt.predict.steptable import StepCostTable
 
     drafter = get_method(variant.method).drafter(variant)
-    measured = state.results.cost_model.get(DRAFT_STEP_COSTS_KEY, {}).get(drafter.role) if drafter else None
+    recorded = state.results.cost_model.serving
+    measured = recorded.draft_step_costs.get(drafter.role) if drafter and recorded is not None else None
     if measured is None:
         return None
-    return DraftCost(StepCostTable.from_dict(measured["table"]).monotone(), variant.lookahead)
-
-
-SPEC_OVERHEAD_KEY = "spec_overhead"
-"""`results.cost_model[...]`: the speculative step terms fitted on the confirmed variants (`predict.overhead`)."""
+    return DraftCost(StepCostTable.from_dict(measured.table.model_dump()).monotone(), variant.lookahead)
 
 
 def _spec_overheads(
@@ -375,7 +380,7 @@ def _spec_overheads(
     """The speculative step terms per variant (`runinfra_opt.predict.overhead`): for a timed variant, fitted on the
     other timed variants' batch-1 requests (held out); for an untimed one, on all of them; either way on those of
     the variant's own method alone when any was timed. A variant's measured seconds are taken at the calibration's
-    pace first (`pace`). Recorded in `results.cost_model[SPEC_OVERHEAD_KEY]`."""
+    pace first (`pace`). Recorded in `results.cost_model.serving.spec_overhead`."""
     from runinfra_opt.load import Concurrency
     from runinfra_opt.predict.calibrate import predict_level
     from runinfra_opt.predict.overhead import Sample, by_family, fit, leave_one_out, median_by_request
@@ -411,13 +416,15 @@ def _spec_overheads(
     pooled = fit(samples)
     held_out = leave_one_out(samples, timed, family)
     out = {v.name: held_out.get(v.name) or by_family(samples, v.name, family) for v in variants if v.is_speculative}
-    state.results.cost_model[SPEC_OVERHEAD_KEY] = {
-        "all": pooled.to_dict(),
-        "by_method": {method: by_family(samples, name, family).to_dict() for name, method in family.items()},
-        "held_out": {name: terms.to_dict() for name, terms in held_out.items()},
-        "method": "least squares over timed speculative variants' batch-1 requests, those of the variant's own "
+    recorded = state.results.cost_model.serving
+    assert recorded is not None
+    recorded.spec_overhead = SpecOverheads(
+        all=_terms(pooled),
+        by_method={method: _terms(by_family(samples, name, family)) for name, method in family.items()},
+        held_out={name: _terms(terms) for name, terms in held_out.items()},
+        method="least squares over timed speculative variants' batch-1 requests, those of the variant's own "
         "method when any was timed; a timed variant's own prediction uses the terms fitted on the others",
-    }
+    )
     if len(timed) == 1 and not interim:
         note = (
             f"only one speculative variant was timed ({timed[0]}): its prediction has no speculative step terms "
@@ -425,6 +432,10 @@ def _spec_overheads(
         )
         state.results.add_note(note)
     return out
+
+
+def _terms(terms: SpecOverhead) -> SpecTerms:
+    return SpecTerms.model_validate(terms.to_dict())
 
 
 def pace(
@@ -455,14 +466,14 @@ def _level_spec_overheads(
     (`predict.overhead.level_samples`, `fit_drafted`), held out and by method as at batch 1 (a timed variant's from
     the others' steps; alone, it keeps its batch-1 terms; checked by re-predicting recorded runs:
     `benchmarks/repredict.py`).
-    Recorded in `results.cost_model[SPEC_OVERHEAD_KEY]["levels"]`."""
+    Recorded in `results.cost_model.serving.spec_overhead.levels`."""
     from runinfra_opt.predict.overhead import Sample, fit_drafted, kin, level_samples
 
     family = {v.name: v.method for v in variants if v.is_speculative}
     timed = {v.name: _level_runs(state, v) for v in variants if v.name in batch1}
     timed = {name: runs for name, runs in timed.items() if runs}
     out: dict[str, dict[str, SpecOverhead]] = {}
-    recorded: dict[str, Any] = {}
+    recorded: dict[str, dict[str, SpecTerms]] = {}
     for level, calibration in calibrations.items():
         if calibration is None:
             continue
@@ -475,9 +486,11 @@ def _level_spec_overheads(
         fitted = {name: fit_drafted(kin(samples, name, family), t.step_s) for name, t in batch1.items()}
         out[level] = {name: t for name, t in fitted.items() if t.fitted_on}
         if out[level]:
-            recorded[level] = {name: t.to_dict() for name, t in out[level].items()}
-    if recorded:
-        state.results.cost_model.setdefault(SPEC_OVERHEAD_KEY, {})["levels"] = recorded
+            recorded[level] = {name: _terms(t) for name, t in out[level].items()}
+    serving = state.results.cost_model.serving
+    if recorded and serving is not None:
+        serving.spec_overhead = serving.spec_overhead or SpecOverheads()
+        serving.spec_overhead.levels = recorded
     return out
 
 

@@ -18,7 +18,6 @@ from runinfra_opt.methods import BASELINE, Variant, get_method
 from runinfra_opt.optimize.byvariant import pairs_baseline, tie_tolerance, time_by_variant
 from runinfra_opt.optimize.config import OptimizeConfig
 from runinfra_opt.optimize.plan import replan_confirmation
-from runinfra_opt.optimize.serving import STEP_COSTS_KEY
 from runinfra_opt.optimize.state import WARMUP_TOKENS, RunState
 from runinfra_opt.predict.serving import predictable
 from runinfra_opt.records import compare_to_baseline, disqualifying
@@ -196,7 +195,7 @@ def _confirm_variants(state: RunState) -> list[Variant]:
     if plan.confirm is not None:
         return [by_name[name] for name in plan.confirm]
     config = state.config
-    serving = STEP_COSTS_KEY in state.results.cost_model  # the serving predictor ran (`optimize.serving`)
+    serving = state.results.cost_model.serving is not None  # the serving predictor ran (`optimize.serving`)
     unpredicted = [v for v in state.space if v.is_speculative and state.variant_result(v).predicted is None]
     if config.strategy == "exhaustive" or (unpredicted and not serving):
         chosen = [v for v in state.space if v.is_speculative]

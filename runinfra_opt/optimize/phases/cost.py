@@ -15,11 +15,15 @@ measured time and measures once again when a cached model is too slow (measured 
 
 from __future__ import annotations
 
-import json
+from typing import TYPE_CHECKING, Any
 
 from runinfra_opt.fsutil import atomic_write_text
 from runinfra_opt.optimize.rundir import COST_MODEL_FILE
 from runinfra_opt.optimize.state import RunState
+from runinfra_opt.results import CostModelRecord, CostProvenance, CostSampleRecord, FittedCosts, InProcessCosts
+
+if TYPE_CHECKING:  # pragma: no cover
+    from runinfra_opt.predict.costmodel import CostModel, CostSample
 
 COST_MISMATCH = 0.30
 """A cost model whose raw prediction of the measured baseline pass is slower than it by more than this was
@@ -29,8 +33,9 @@ probably measured on a busy machine: measure it again (once) when it came from t
 def restore(state: RunState) -> None:
     from runinfra_opt.predict.costmodel import CostModel
 
-    if "fitted" in state.results.cost_model:  # a serving engine's step-cost table needs no state of its own
-        state.cost = CostModel.from_dict(state.results.cost_model["fitted"])
+    recorded = state.results.cost_model.in_process
+    if recorded is not None:  # a serving engine's step-cost table needs no state of its own
+        state.cost = CostModel.from_dict(recorded.fitted.model_dump())
 
 
 def run(state: RunState) -> None:
@@ -58,16 +63,20 @@ def run(state: RunState) -> None:
     )
     state.cost = fit_cost_model(samples)
     state.reporter.end_phase()
-    results.cost_model = {
-        "fitted": state.cost.to_dict(),
-        "provenance": provenance,
-        "samples": [s.to_dict() for s in samples],
-    }
+    results.cost_model = CostModelRecord(in_process=_measured(state.cost, samples, provenance))
     _write(state)
 
 
+def _measured(cost: CostModel, samples: list[CostSample], provenance: dict[str, Any]) -> InProcessCosts:
+    return InProcessCosts(
+        fitted=FittedCosts.model_validate(cost.to_dict()),
+        provenance=CostProvenance.model_validate(provenance),
+        samples=[CostSampleRecord.model_validate(s.to_dict()) for s in samples],
+    )
+
+
 def _write(state: RunState) -> None:
-    atomic_write_text(state.run_dir / COST_MODEL_FILE, json.dumps(state.results.cost_model, indent=1))
+    atomic_write_text(state.run_dir / COST_MODEL_FILE, state.results.cost_model.model_dump_json(indent=1))
 
 
 def _baseline_prediction_error(state: RunState) -> float | None:
@@ -92,10 +101,11 @@ def check(state: RunState) -> None:
 
     results = state.results
     error = _baseline_prediction_error(state)
-    if error is None:
+    recorded = results.cost_model.in_process
+    if error is None or recorded is None:
         return
-    results.cost_model["baseline_prediction_error"] = error
-    cached = bool(results.cost_model.get("provenance", {}).get("cached"))
+    recorded.baseline_prediction_error = error
+    cached = bool(recorded.provenance.cached)
     # Only a cost model slower than reality is suspect: forwards cannot take longer than the measured steps
     # that contain them (a faster one is the generate loop's overhead, which the baseline calibrates).
     if error > COST_MISMATCH and cached:
@@ -110,15 +120,14 @@ def check(state: RunState) -> None:
                 searches=searches_of(state.space),
             )
             state.cost = fit_cost_model(samples)
-        results.cost_model.update(
-            {"fitted": state.cost.to_dict(), "provenance": provenance, "samples": [s.to_dict() for s in samples]}
-        )
+        again = _measured(state.cost, samples, provenance)
+        recorded.fitted, recorded.provenance, recorded.samples = again.fitted, again.provenance, again.samples
         error = _baseline_prediction_error(state)
-        results.cost_model["baseline_prediction_error"] = error
+        recorded.baseline_prediction_error = error
     if error is not None and error > COST_MISMATCH:
         results.add_note(
             f"the cost model's raw prediction of the baseline pass is {error:+.0%} off its measured time (the "
             "machine may have been busy while measuring); overheads fitted to the baseline absorb part of it"
         )
-    results.cost_model["checked"] = True
+    recorded.checked = True
     _write(state)

@@ -20,6 +20,7 @@ from runinfra_opt.methods import BASELINE, Variant
 from runinfra_opt.optimize.simulate import simulate
 from runinfra_opt.optimize.state import RunState
 from runinfra_opt.records import RequestRecord
+from runinfra_opt.results import FittedCosts
 from runinfra_opt.stats import summarize_with_intervals
 from runinfra_opt.workload.model import Request
 
@@ -93,6 +94,8 @@ def _predict(state: RunState, *, after_confirm: bool = False) -> None:
 
     assert state.engine is not None
     results = state.results
+    recorded = results.cost_model.in_process
+    assert recorded is not None  # phase `cost` measured it (or `restore` read it)
     if after_confirm:
         confirmed_baseline = state.variant_result(BASELINE).measured_requests
         if not confirmed_baseline:
@@ -101,10 +104,10 @@ def _predict(state: RunState, *, after_confirm: bool = False) -> None:
             v.name: v.predicted.tokens_per_s for v in results.variants if v.predicted is not None
         }
         cost = _fit_overheads(state, confirmed_baseline)
-        results.cost_model["calibrated_after_confirm"] = cost.to_dict()
+        recorded.calibrated_after_confirm = FittedCosts.model_validate(cost.to_dict())
     else:
         cost = _fit_overheads(state, list(state.baseline_records().values()))
-        results.cost_model["calibrated"] = cost.to_dict()
+        recorded.calibrated = FittedCosts.model_validate(cost.to_dict())
     predicted: dict[str, list[RequestRecord]] = {}
     for variant in state.space:
         rows = []
