@@ -1,13 +1,12 @@
-"""Phases `cost` and `check_cost`: the measured cost model, and its check against the baseline pass.
+"""Phases `cost` and `check_cost`: the run's predictor measures its costs (`optimize.predictor`), recorded in
+`results.cost_model` and `<run dir>/cost_model.json`; the in-process predictor's cost model is checked against the
+baseline pass.
 
-`cost` reads `state.engine` (its `COST_TABLE` capability) and `state.space`; it measures (or reads from the
-cache) forward/prefill times of the target and of each variant's drafter, and the candidate search of methods
-that declare one (prompt lookup), fits the cost model
-and fills `state.cost` (recorded in `results.cost_model` and `<run dir>/cost_model.json`; `restore` rebuilds
-`state.cost` from there on resume).
-
-On a serving engine (`STEP_COSTS`: vllm) `cost` measures the step-cost table on the baseline's own server
-instead (`runinfra_opt.optimize.serving.measure`; that server then serves the baseline pass too).
+The in-process predictor's costs (`measure`) read `state.engine` and `state.space`: forward/prefill times of the
+target and of each variant's drafter, measured or read from the cache, and the candidate search of methods that
+declare one (prompt lookup), fitted into the cost model `state.cost` (`restore` rebuilds it on resume). The serving
+predictor's are the step-cost table on the baseline's own server (`optimize.serving.measure`; that server then
+serves the baseline pass too).
 
 `check_cost` (after the baseline pass) compares the raw model's prediction of the baseline pass with its
 measured time and measures once again when a cached model is too slow (measured on a busy machine).
@@ -39,16 +38,17 @@ def restore(state: RunState) -> None:
 
 
 def run(state: RunState) -> None:
-    from runinfra_opt.engine.protocol import Capability, drafters_of, searches_of
+    assert state.predictor is not None  # the pipeline skips the phase without one
+    state.predictor.measure_costs(state)
+    _write(state)
+
+
+def measure(state: RunState) -> None:
+    """The in-process predictor's costs (`optimize.predictor.InProcess`): the forward-cost tables, measured or read
+    from the cache, fitted."""
+    from runinfra_opt.engine.protocol import drafters_of, searches_of
     from runinfra_opt.predict.costmodel import fit_cost_model
 
-    assert state.engine is not None
-    if Capability.STEP_COSTS in state.engine.capabilities:
-        from runinfra_opt.optimize.serving import measure
-
-        measure(state)
-        _write(state)
-        return
     results = state.results
     engine = state.profiling_engine()
     drafters = drafters_of(state.space)
@@ -64,7 +64,6 @@ def run(state: RunState) -> None:
     state.cost = fit_cost_model(samples)
     state.reporter.end_phase()
     results.cost_model = CostModelRecord(in_process=_measured(state.cost, samples, provenance))
-    _write(state)
 
 
 def _measured(cost: CostModel, samples: list[CostSample], provenance: dict[str, Any]) -> InProcessCosts:
@@ -96,6 +95,12 @@ def _baseline_prediction_error(state: RunState) -> float | None:
 
 
 def check(state: RunState) -> None:
+    assert state.predictor is not None  # the pipeline skips the phase without one
+    state.predictor.check_costs(state)
+
+
+def check_against_baseline(state: RunState) -> None:
+    """The in-process predictor's check (`optimize.predictor.InProcess`); see the module's docstring."""
     from runinfra_opt.engine.protocol import drafters_of, searches_of
     from runinfra_opt.predict.costmodel import fit_cost_model
 

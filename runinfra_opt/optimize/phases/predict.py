@@ -5,9 +5,10 @@ simulator replays each variant's passes per request from the profiling pass; the
 time. `predict` (before confirmation) fits the generate loop's overheads to the profiling pass's baseline
 (these predictions rank the candidates); `repredict` (after it) fits them to the confirmation's baseline
 repeats, timed interleaved with the candidates, so that predicted and measured figures come from the same
-stretch of time. Fills each variant's `predicted_requests` and `predicted`, and `results.cost_model`'s
-`calibrated` / `calibrated_after_confirm`. Cheap: both run again on resume. On a serving engine (`STEP_COSTS`)
-both phases run the serving predictor instead (`optimize.serving.predict`).
+stretch of time. Fills each variant's `predicted_requests` and `predicted`, and
+`results.cost_model.in_process`'s `calibrated` / `calibrated_after_confirm`. Cheap: both run again on resume. Both
+phases ask the run's predictor (`optimize.predictor`): this module is the in-process one's (`predict`), the
+serving predictor's is `optimize.serving.predict`.
 """
 
 from __future__ import annotations
@@ -30,29 +31,13 @@ if TYPE_CHECKING:  # pragma: no cover
 
 
 def run(state: RunState) -> None:
-    if _serving(state):
-        from runinfra_opt.optimize import serving
-
-        serving.predict(state)
-        return
-    _predict(state)
+    assert state.predictor is not None  # the pipeline skips the phase without one
+    state.predictor.predict(state)
 
 
 def run_after_confirm(state: RunState) -> None:
-    if _serving(state):
-        from runinfra_opt.optimize import serving
-
-        serving.predict(state, after_confirm=True)
-        return
-    _predict(state, after_confirm=True)
-
-
-def _serving(state: RunState) -> bool:
-    """The serving-engine predictor (a step-cost table on the baseline's server) instead of the in-process one."""
-    from runinfra_opt.engine.protocol import Capability
-
-    assert state.engine is not None
-    return Capability.STEP_COSTS in state.engine.capabilities
+    assert state.predictor is not None
+    state.predictor.predict(state, after_confirm=True)
 
 
 def _predicted_result(
@@ -84,7 +69,7 @@ def _predicted_result(
     )
 
 
-def _predict(state: RunState, *, after_confirm: bool = False) -> None:
+def predict(state: RunState, *, after_confirm: bool = False) -> None:
     """Predict every variant per request. Before confirmation the overheads are fitted to the profiling
     pass's baseline (these predictions rank the candidates); after it, to the confirmation's baseline
     repeats, timed interleaved with the candidates, so that predicted and measured figures come from the same
