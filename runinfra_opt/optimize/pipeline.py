@@ -4,7 +4,7 @@ The phases, in order (one module each under `optimize/phases/`):
 1. `setup`: the workload (bundled name or path), the models, the engine and the search space;
 2. `cost`: measure (or read from the cache) forward/prefill times of the target, each draft and each
    early-exit sub-model, and fit the cost model (on a serving engine: the step-cost table, measured on the
-   baseline's own server, `optimize/serving.py`);
+   baseline's own server, `optimize/serving/`);
 3. `plan`: subsample requests, stratified by category, so the run fits `--budget-minutes`;
 4. `baseline`: one timed greedy pass over the planned requests (outputs and timings kept);
 5. `check_cost`: the raw cost model against the baseline pass (measured again once if a cached one is off);

@@ -1,9 +1,11 @@
-"""Capacity predicted: every predictable variant's highest sustained rate, by bisection over offered rates on the
-modelled scheduler (`predict.serving.predict_run`), judged on the predicted records exactly as a measured run is
-judged (`optimize.capacity.judge`). Called from the serving predictor's phases (`optimize.serving`), before any
-search and again after each search's warm-up; once searches have warmed their servers up, the steps are priced by
-batch size from the baseline's warm-up (`_warmup_corrections`) and the speculative terms from the launched
-variants' (`_warmup_overheads`). The searches themselves are `optimize.capacity`.
+"""The serving predictor's capacity predictions, beside its batch-1 and load-level ones (`serving.levels`, which calls
+`predict_capacities` with the same passes, table, corrections and speculative terms): every predictable variant's
+highest sustained rate, by bisection over offered rates on the modelled scheduler (`predict.serving.predict_run`),
+judged on the predicted records exactly as a measured run is judged (`optimize.capacity.judge`). Called from the
+phases `predict` and `repredict`, before any search, and again after each search's warm-up
+(`optimize.predictor.Serving.predict_capacity`); once searches have warmed their servers up, the steps are priced by
+batch size from the baseline's warm-up (`_warmup_corrections`) and the speculative terms from the launched variants'
+(`_warmup_overheads`). The searches themselves are `optimize.capacity`.
 """
 
 from __future__ import annotations
@@ -48,7 +50,7 @@ def _predicted_verdict(
     return capacity.judge(state, run, rate).passed
 
 
-def predict(
+def predict_capacities(
     state: RunState,
     passes: dict[str, list[RequestPasses]],
     table: StepCostTable,
