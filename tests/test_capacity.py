@@ -135,7 +135,9 @@ def test_capacity_decides_by_servers_needed(
     assert (summary.why, summary.criterion, summary.target_rate) == ("--priority capacity", "slo", 1000.0)
     assert summary.requests_per_level == 14  # the 12 planned, then the first 2 again
     # open-loop rates hold many sequences a step: the step costs are measured past batch 1 despite `--load none`
-    assert max(results.cost_model["step_costs"]["table"]["batch_sizes"]) > 1
+    costs = results.cost_model.serving
+    assert costs is not None
+    assert max(costs.step_costs.table.batch_sizes) > 1
     rows = {row.variant: row for row in summary.rows}
     assert set(rows) == {v.name for v in results.variants}
     for vr in results.variants:
@@ -188,9 +190,10 @@ def test_capacity_decides_by_servers_needed(
     assert [at / planned[-1] for at in planned] == pytest.approx([at / shape[-1] for at in shape], abs=1e-3)
     gaps = [b - a for a, b in zip(planned, planned[1:], strict=False)]
     assert gaps[0] > 4 * gaps[-1]  # from one request in flight to the ceiling
-    fitted = results.cost_model["capacity_corrections"]
-    assert fitted["fitted_to"].startswith(f"the baseline's warm-up for its capacity search ({warmup})")
-    batches = [b for b, _ in fitted["by_batch"]]
+    fitted = costs.capacity_corrections
+    assert fitted is not None
+    assert fitted.fitted_to.startswith(f"the baseline's warm-up for its capacity search ({warmup})")
+    batches = [b for b, _ in fitted.by_batch]
     assert batches == sorted(batches)
     assert max(batches) > 1  # the warm-up stepped many sequences at once
     assert results.decision is not None

@@ -171,7 +171,8 @@ def test_the_documented_pipelines_run_as_written(tmp_path: Path, tiny_models: tu
     # Second run: costs come from the restored cache, and the gate compares with the first run's artifact.
     workspace, output, summary = run_github(pipeline)
     second = load_results(workspace / "runinfra-run" / "results.json")
-    provenance = second.cost_model["provenance"]
+    assert second.cost_model.in_process is not None
+    provenance = second.cost_model.in_process.provenance.model_dump()
     checked_again = [n.text for n in second.notes if n.text.startswith("the cached cost model predicted")]
     if checked_again:  # read from the cache, found off its baseline pass (a busy machine), measured again
         assert provenance["measured"], (checked_again, provenance)

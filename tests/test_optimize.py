@@ -128,11 +128,14 @@ def test_optimize_end_to_end_writes_results_and_manifest(
     # The sampled request is predicted from expected acceptance (speculative sampling).
     assert set(results.profile["acceptance"]) == {"draft:" + str(tiny_models[1]), "early_exit:2"}
     assert all(0.0 <= p <= 1.0 for p in results.profile["acceptance"]["early_exit:2"]["sampled-1"])
-    assert results.cost_model["fitted"]["roles"].keys() >= {"target", "early_exit:2"}
+    costs = results.cost_model.in_process
+    assert costs is not None
+    assert results.cost_model.serving is None
+    assert costs.fitted.roles.keys() >= {"target", "early_exit:2"}
     # Candidates were ranked on the profiling pass's fit; the reported predictions use the confirmation's
     # baseline repeats (same stretch of time as the measured candidates).
-    assert "calibrated" in results.cost_model
-    assert "calibrated_after_confirm" in results.cost_model
+    assert costs.calibrated is not None
+    assert costs.calibrated_after_confirm is not None
     assert set(results.profile["ranking_predicted_tokens_per_s"]) == names
     assert results.decision is not None
     assert results.decision.queue  # the workload records arrivals
@@ -302,7 +305,10 @@ def test_inflated_cached_cost_model_is_measured_again(
     assert second.exit_code == 0, second.output
     results = load_results(tmp_path / "r2" / "results.json")
     assert any("measured it again" in note.text for note in results.notes)
-    assert results.cost_model["baseline_prediction_error"] < 0.30
+    costs = results.cost_model.in_process
+    assert costs is not None
+    assert costs.baseline_prediction_error is not None
+    assert costs.baseline_prediction_error < 0.30
 
 
 def test_exhaustive_times_every_variant(
@@ -317,9 +323,12 @@ def test_exhaustive_times_every_variant(
     # The exhaustive run checks the predictor that predictive ships: the same per-method calibration.
     calibrated = {c["variant"] for c in results.profile["calibration"]}
     assert calibrated == {"ngram-n2-k2", "early_exit-l2-k2", "draft:tiny-draft-k2"}
-    assert set(results.cost_model["calibrated"]["round_overhead_s"]) == {"ngram", "early_exit", "draft"}
+    costs = results.cost_model.in_process
+    assert costs is not None
+    assert costs.calibrated is not None
+    assert set(costs.calibrated.round_overhead_s) == {"ngram", "early_exit", "draft"}
     # Prompt lookup's candidate search is measured on this CPU and charged per round.
-    assert results.cost_model["fitted"]["search"]["ngram"]["scan_s"]
+    assert costs.fitted.search["ngram"].scan_s
 
 
 def test_resume_of_a_run_with_an_older_results_schema_exits_2(runner: CliRunner, tmp_path: Path) -> None:

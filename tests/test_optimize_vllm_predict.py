@@ -73,7 +73,9 @@ def test_predictive_run_launches_only_the_baseline_and_the_confirmed_candidates(
         "--lookahead", "2,4,8", "--confirm", "2", "--load", "concurrency:1,2", "--max-tokens", "16", "--repeats", "2",
     )  # fmt: skip
     assert not {"cost", "predict", "repredict"} & set(results.phases_skipped)
-    table = results.cost_model["step_costs"]["table"]
+    assert results.cost_model.serving is not None
+    assert results.cost_model.in_process is None
+    table = results.cost_model.serving.step_costs.table.model_dump()
     # as far as the run can use: at most 2 in flight, verifications of up to 8 drafts
     assert (table["batch_sizes"], table["tokens"]) == ([1, 2], [1, 2, 3, 5, 9])
     # prefills up to the first measured length that holds the two longest prompts together, and no further
@@ -107,7 +109,9 @@ def test_predictive_run_launches_only_the_baseline_and_the_confirmed_candidates(
     # The speculative step terms: each timed variant's are fitted on the other timed ones only (held out), the
     # untimed variant's on all of them; they find at least the stand-in's known extra cost (6 ms a step, 2 ms a
     # drafted token: 22 ms a k8 step; its proposer, run in Python every step, adds some more of its own).
-    terms = results.cost_model["spec_overhead"]
+    assert results.cost_model.serving is not None
+    assert results.cost_model.serving.spec_overhead is not None
+    terms = results.cost_model.serving.spec_overhead.model_dump()
     timed = sorted({v.name for v in confirmed} | schedules)
     assert sorted(terms["held_out"]) == timed
     for name in timed:

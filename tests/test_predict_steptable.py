@@ -43,11 +43,14 @@ def test_monotone_pools_the_cells_a_row_falls_at_and_keeps_rising_rows():
 def test_the_serving_predictor_prices_steps_with_the_monotone_table():
     from types import SimpleNamespace
 
-    from runinfra_opt.optimize.serving import STEP_COSTS_KEY, step_table
+    from runinfra_opt.optimize.serving import step_table
+    from runinfra_opt.results import CostModelRecord
 
-    state = SimpleNamespace(results=SimpleNamespace(cost_model={STEP_COSTS_KEY: {"table": table().to_dict()}}))
+    costs = CostModelRecord.model_validate({"serving": {"step_costs": {"table": table().to_dict()}}})
+    state = SimpleNamespace(results=SimpleNamespace(cost_model=costs))
     assert step_table(state) == table().monotone()  # type: ignore[arg-type]
-    assert state.results.cost_model[STEP_COSTS_KEY]["table"] == table().to_dict()  # the measured cells are kept
+    assert costs.serving is not None
+    assert costs.serving.step_costs.table.model_dump() == table().to_dict()  # the measured cells are kept
 
 
 def test_batch_sizes_between_and_beyond_are_linear():

@@ -266,7 +266,8 @@ def test_optimize_on_vllm_measures_each_variant_on_its_own_server(
     assert all(launch["error"] is None and launch["startup_s"] > 0 for launch in results.launches)
     # the step-cost table on the baseline's server, as far as the run can use it: 2 in flight, lookahead 4,
     # prompts of under 64 tokens (two of them together under 256)
-    table = results.cost_model["step_costs"]["table"]
+    assert results.cost_model.serving is not None
+    table = results.cost_model.serving.step_costs.table.model_dump()
     assert (table["batch_sizes"], table["tokens"]) == ([1, 2], [1, 2, 3, 5])
     assert [n for n, _ in table["prefill"]] == [64, 256]
     spec = results.variant("vllm_ngram-m1-n3-k4")
@@ -438,7 +439,8 @@ def test_a_draft_variant_is_predicted_launched_and_faster_than_the_baseline(
     # predicted: both lookaheads, from the profile (agreement flags for every request) and the draft's own table
     role = f"draft:{draft}"
     assert set(results.profile["agreement"][role]) == {"r0", "r1", "r2"}
-    assert results.cost_model["draft_step_costs"][role]["table"]["tokens"][-1] >= DRAFT_LOOKAHEAD + 1
+    assert results.cost_model.serving is not None
+    assert results.cost_model.serving.draft_step_costs[role].table.tokens[-1] >= DRAFT_LOOKAHEAD + 1
     speculative = [v for v in results.variants if v.name != "baseline"]
     assert len(speculative) == 2
     assert all(v.predicted is not None for v in speculative)

@@ -1,8 +1,8 @@
 """Capacity in a run: how much traffic one server sustains with each variant, and how many servers the target
 rate needs (`--priority capacity`; and `--priority throughput` where the recorded load does not saturate the
 server, since throughput there is only the offered load). This module offers the rates and searches them on the
-launched servers; the predictions it starts from are `optimize.capacity_prediction`, the decision on what it
-measures `optimize.capacity_decision`.
+launched servers; the predictions it starts from are the serving predictor's (`optimize.serving.capacity`), the
+decision on what it measures `optimize.capacity_decision`.
 
 The search (`search`, right after a launched variant's batch-1 timing and load levels, on its server): first a
 warm-up judged by nothing (`warm_up`: what a rate sends, at a rate rising to the highest measurable one, so the
@@ -241,7 +241,7 @@ def warm_up(state: RunState, variant: Variant) -> float:
     """What one offered rate sends, once, at a rate rising to the highest measurable one (`_warmup_requests`) and
     judged by nothing, so that the first rate judged is not the server's first heavy load; its records go to
     `capacity.warmup_records`, where the capacity predictions read the steps' cost at every batch size the searched
-    rates reach (`optimize.capacity_prediction`). Returns its seconds."""
+    rates reach (`optimize.serving.capacity`). Returns its seconds."""
     from runinfra_opt.load.store import RecordWriter
 
     engine = cast(LoadServer, state.engine)

@@ -4,7 +4,7 @@ The phases, in order (one module each under `optimize/phases/`):
 1. `setup`: the workload (bundled name or path), the models, the engine and the search space;
 2. `cost`: measure (or read from the cache) forward/prefill times of the target, each draft and each
    early-exit sub-model, and fit the cost model (on a serving engine: the step-cost table, measured on the
-   baseline's own server, `optimize/serving.py`);
+   baseline's own server, `optimize/serving/`);
 3. `plan`: subsample requests, stratified by category, so the run fits `--budget-minutes`;
 4. `baseline`: one timed greedy pass over the planned requests (outputs and timings kept);
 5. `check_cost`: the raw cost model against the baseline pass (measured again once if a cached one is off);
@@ -23,6 +23,10 @@ The phases, in order (one module each under `optimize/phases/`):
 11. `repredict`: the predictions again, with overheads fitted to the confirmation's baseline;
 12. `decide` on measured figures only (and per load level), and 13. `write` the manifest.
 
+`cost`, `check_cost`, `profile`, `predict` and `repredict` ask the run's predictor (`optimize.predictor`), chosen
+once from the engine at the end of `setup`: the in-process one, the serving engine's, or none (those phases are then
+skipped, each with why in `results.phases_skipped`).
+
 Every finished phase is recorded in `results.phases_done` on disk; `--resume` skips those (restoring what
 later phases need from the results) and, inside an unfinished phase, the trials already recorded.
 """
@@ -34,8 +38,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from runinfra_opt.engine.protocol import Capability
 from runinfra_opt.fsutil import atomic_write_text
+from runinfra_opt.optimize import predictor
 from runinfra_opt.optimize.config import OptimizeConfig
 from runinfra_opt.optimize.phases import (
     baseline,
@@ -66,31 +70,28 @@ class Phase:
     """Runs again on resume even when finished (it opens the engine, or recomputes cheaply from recorded facts)."""
     timing: str | None = None
     """The `results.timings_s` key its wall time adds to (None: the phase times what it measures itself)."""
-    needs: tuple[frozenset[Capability], ...] = ()
-    """Engine capability sets the phase can work with (any one suffices: the in-process predictor's or the
-    serving engine's); on an engine with none of them it is skipped, with a note saying why."""
+    asks_predictor: bool = False
+    """The phase is a step of the run's predictor (`optimize.predictor`); skipped, with why, when the run's
+    predictor has no such step or the run has none."""
 
 
-PREDICTOR = frozenset({Capability.PROFILE, Capability.COST_TABLE})
-"""The in-process predictor: profiling passes and a forward-cost table."""
-SERVING_PREDICTOR = frozenset({Capability.STEP_COSTS, Capability.SERVE_LOAD})
-"""The serving-engine predictor: a step-cost table measured on the baseline's server (n-gram needs no profile; a
-draft model's profile is made in-process, its step costs on a server of its own)."""
-ANY_PREDICTOR = (PREDICTOR, SERVING_PREDICTOR)
+def _setup(state: RunState) -> None:
+    setup.run(state)
+    predictor.choose(state)
 
 
 PHASES: tuple[Phase, ...] = (
-    Phase("setup", setup.run, rerun=True, timing="setup"),
-    Phase("cost", cost.run, restore=cost.restore, timing="cost", needs=ANY_PREDICTOR),
+    Phase("setup", _setup, rerun=True, timing="setup"),
+    Phase("cost", cost.run, restore=cost.restore, timing="cost", asks_predictor=True),
     Phase("plan", plan.run, restore=plan.restore),
     Phase("baseline", baseline.run, restore=baseline.restore, timing="baseline"),
-    Phase("check_cost", cost.check, needs=(PREDICTOR,)),
-    Phase("profile", profile.run, timing="profile", needs=ANY_PREDICTOR),
-    Phase("predict", predict.run, rerun=True, timing="predict", needs=ANY_PREDICTOR),
+    Phase("check_cost", cost.check, asks_predictor=True),
+    Phase("profile", profile.run, timing="profile", asks_predictor=True),
+    Phase("predict", predict.run, rerun=True, timing="predict", asks_predictor=True),
     Phase("confirm", confirm.run, timing="confirm"),
     Phase("extend", extend.run, timing="confirm"),
     Phase("schedule", schedule.run, timing="confirm"),
-    Phase("repredict", predict.run_after_confirm, rerun=True, timing="predict", needs=ANY_PREDICTOR),
+    Phase("repredict", predict.run_after_confirm, rerun=True, timing="predict", asks_predictor=True),
     Phase("decide", decide.run, rerun=True, timing="decide"),
     Phase("write", write.run, rerun=True, timing="decide"),
 )
@@ -169,14 +170,9 @@ def run_phases(state: RunState, phases: tuple[Phase, ...] = PHASES) -> None:
             if phase.restore is not None and phase.name not in state.results.phases_skipped:
                 phase.restore(state)
             continue
-        has = state.engine.capabilities if state.engine is not None else frozenset()
-        if phase.needs and not any(needed <= has for needed in phase.needs):
-            if phase.name not in state.results.phases_skipped:
-                missing = min((needed - has for needed in phase.needs), key=len)
-                state.results.phases_skipped[phase.name] = (
-                    f"the {state.engine.name if state.engine else '(no)'} engine has no "
-                    f"{', '.join(sorted(missing))} capability"
-                )
+        why = predictor.skipped(state, phase.name) if phase.asks_predictor else None
+        if why is not None:
+            state.results.phases_skipped.setdefault(phase.name, why)
             state.finish_phase(phase.name)
             continue
         with state.timed(phase.timing) if phase.timing else contextlib.nullcontext():

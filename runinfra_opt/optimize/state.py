@@ -23,6 +23,7 @@ from runinfra_opt.workload.model import Request, Workload
 
 if TYPE_CHECKING:  # pragma: no cover
     from runinfra_opt.engine.protocol import Engine, ProfilingEngine
+    from runinfra_opt.optimize.predictor import Predictor
     from runinfra_opt.predict.costmodel import CostModel
 
 WARMUP_TOKENS = 8
@@ -74,11 +75,13 @@ class RunState:
     reporter: Reporter
     resumed: bool = False
     started: float = field(default_factory=time.perf_counter)
-    # Filled by `load`:
+    # Filled by `setup`:
     workload: Workload | None = None
     requests: list[Request] = field(default_factory=list)
     """The requests to measure (after `plan`: the planned ones), in file order."""
     engine: Engine | None = None
+    predictor: Predictor | None = None
+    """The run's predictor, chosen from the engine (`optimize.predictor.choose`; None: the engine can feed none)."""
     space: list[Variant] = field(default_factory=list)
     max_tokens: int = 0
     # Filled by `cost`:

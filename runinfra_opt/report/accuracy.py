@@ -212,6 +212,11 @@ def paired_tokens_per_s(results: RunResults, name: str) -> float | None:
     return stats.comparable_tokens_per_s(vr.measured_requests, base.measured_requests)
 
 
+def _spec_overhead(results: RunResults) -> dict[str, Any] | None:
+    serving = results.cost_model.serving
+    return serving.spec_overhead.model_dump() if serving is not None and serving.spec_overhead else None
+
+
 def serving_entry(
     predictive: RunResults, exhaustive: RunResults, predictive_s: float, exhaustive_s: float
 ) -> dict[str, Any]:
@@ -263,7 +268,7 @@ def serving_entry(
                 (r["paired_abs_error"] for r in batch1 if r.get("paired_abs_error") is not None), default=None
             ),
             "max_highest_level_error": max((r["abs_error"] for r in at_highest), default=None),
-            "spec_overhead": predictive.cost_model.get("spec_overhead"),
+            "spec_overhead": _spec_overhead(predictive),
         },
         "exhaustive": {
             **decision_entry(exhaustive, exhaustive_s),
@@ -273,7 +278,7 @@ def serving_entry(
             "batch1_within_10pct": f"{sum(e <= 0.10 for e in e_all)}/{len(e_all)}",
             "highest_level_within_15pct": f"{sum(e <= 0.15 for e in e_high)}/{len(e_high)}",
             "family_rankings": [f.to_dict() for f in family_rankings(exhaustive)],
-            "spec_overhead": exhaustive.cost_model.get("spec_overhead"),
+            "spec_overhead": _spec_overhead(exhaustive),
             "drift": launch_order_drift(exhaustive),
         },
         "same_winner": p_winner == e_winner,

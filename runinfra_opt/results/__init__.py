@@ -4,8 +4,9 @@
 markdown, HTML, CSV, manifest) is a pure function of it. Fields may be added in later minor versions;
 `SCHEMA_VERSION` changes only when a reader of an older version could misread the file.
 
-The run and its variants are here; serving under load is in `results.load`, capacity in `results.capacity`, what
-both are built from in `results.base`. Every model is importable from `runinfra_opt.results`.
+The run and its variants are here; serving under load is in `results.load`, capacity in `results.capacity`, the
+predictor's cost model in `results.cost`, what they are built from in `results.base`. Every model is importable
+from `runinfra_opt.results`.
 """
 
 from __future__ import annotations
@@ -25,6 +26,18 @@ from runinfra_opt.results.base import Interval, _Model
 from runinfra_opt.results.capacity import CapacityLevel as CapacityLevel
 from runinfra_opt.results.capacity import CapacityRow as CapacityRow
 from runinfra_opt.results.capacity import CapacitySummary, VariantCapacity
+from runinfra_opt.results.cost import Batch1Corrections as Batch1Corrections
+from runinfra_opt.results.cost import CapacityCorrections as CapacityCorrections
+from runinfra_opt.results.cost import CapacitySpecOverheads as CapacitySpecOverheads
+from runinfra_opt.results.cost import CostModelRecord
+from runinfra_opt.results.cost import CostProvenance as CostProvenance
+from runinfra_opt.results.cost import CostSampleRecord as CostSampleRecord
+from runinfra_opt.results.cost import FittedCosts as FittedCosts
+from runinfra_opt.results.cost import InProcessCosts as InProcessCosts
+from runinfra_opt.results.cost import ServingCosts as ServingCosts
+from runinfra_opt.results.cost import SpecOverheads as SpecOverheads
+from runinfra_opt.results.cost import SpecTerms as SpecTerms
+from runinfra_opt.results.cost import StepCostsRecord as StepCostsRecord
 from runinfra_opt.results.load import AddedPass as AddedPass
 from runinfra_opt.results.load import Crossover as Crossover
 from runinfra_opt.results.load import KSchedule as KSchedule
@@ -289,7 +302,9 @@ class RunResults(_Model):
     workload: WorkloadInfo | None = None
     target: ModelInfo | None = None
     drafts: list[ModelInfo] = Field(default_factory=list)
-    cost_model: dict[str, Any] = Field(default_factory=dict)
+    cost_model: CostModelRecord = Field(default_factory=CostModelRecord)
+    """What the run's predictor measured and fitted (`results.cost`; a file written before it was typed holds a flat
+    dict, read into it)."""
     variants: list[VariantResult] = Field(default_factory=list)
     decision: Decision | None = None
     timings_s: dict[str, float] = Field(default_factory=dict)

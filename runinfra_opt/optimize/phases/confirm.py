@@ -10,7 +10,7 @@ Fills each confirmed variant's `measured`, `per_category`, `confirmed` and `disq
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 from typing import Any
 
 from runinfra_opt import stats
@@ -18,9 +18,7 @@ from runinfra_opt.methods import BASELINE, Variant, get_method
 from runinfra_opt.optimize.byvariant import pairs_baseline, tie_tolerance, time_by_variant
 from runinfra_opt.optimize.config import OptimizeConfig
 from runinfra_opt.optimize.plan import replan_confirmation
-from runinfra_opt.optimize.serving import STEP_COSTS_KEY
 from runinfra_opt.optimize.state import WARMUP_TOKENS, RunState
-from runinfra_opt.predict.serving import predictable
 from runinfra_opt.records import compare_to_baseline, disqualifying
 from runinfra_opt.results import LevelMetrics, RunResults, VariantResult
 from runinfra_opt.stats import summarize_by_category, summarize_with_intervals
@@ -104,25 +102,23 @@ def _confirm_sequentially(state: RunState, variants: list[Variant]) -> list[Vari
     """Time the candidates one server at a time, in the first ranking's order, deciding before each launch whether
     it is still worth one: the serving predictor is re-fitted on what has been measured (the confirmed baseline's
     repeats and levels, the speculative step terms of the timed candidates, which the first ranking could not
-    have: `serving.predict(after_confirm=True)`), and the next candidate is the first untimed one of the ranking
+    have: the predictor's `predict(after_confirm=True)`), and the next candidate is the first untimed one of the ranking
     whose re-fitted prediction is within `REACH` of the best measured figure at batch 1 or at some load level.
     Stops after `plan.confirm_slots` candidates or when none is in reach (`plan.confirm_stopped`, and a note).
     The order stays the first ranking's: terms fitted on one or two timed variants re-rank no better
     (`benchmarks/confirm_replay.py`, summary `benchmarks/results/confirm_replay.json`). A resume (whose
     predictions are the first ranking's again until re-fitted) times what is missing of `plan.confirm` and goes on
     choosing."""
-    from runinfra_opt.optimize import serving
-
-    plan = state.plan
+    plan, predictor = state.plan, state.predictor
     assert plan.confirm_slots is not None
+    assert predictor is not None  # slots are given to the serving predictor's candidates only
     order = _ranked(state)  # before any re-fit: the first ranking
     while True:
-        time_by_variant(state, variants, repredict=lambda: serving.predict_capacity(state))
+        time_by_variant(state, variants, repredict=capacity_repredict(state))
         summarize_measured(state, variants)
-        ready = serving.profiled(state)
-        if sum(1 for v in variants if v.is_speculative and predictable(v, ready)) >= plan.confirm_slots:
+        if sum(1 for v in variants if v.is_speculative and predictor.predicts(state, v)) >= plan.confirm_slots:
             return variants
-        serving.predict(state, after_confirm=True, interim=True)
+        predictor.predict(state, after_confirm=True, interim=True)
         candidate, behind = None, []
         untimed = {v.name for v in _ranked(state, variants)}  # not timed, nor behaving as a timed one
         for v in (v for v in order if v.name in untimed):
@@ -189,6 +185,12 @@ def _standing(state: RunState, variant: Variant, timed: list[Variant]) -> dict[s
     return out or None
 
 
+def capacity_repredict(state: RunState) -> Callable[[], None] | None:
+    """What a capacity search calls once its server has warmed up: the run's predictor's capacity predictions."""
+    predictor = state.predictor
+    return (lambda: predictor.predict_capacity(state)) if predictor is not None else None
+
+
 def _confirm_variants(state: RunState) -> list[Variant]:
     """Baseline + the candidates to time (stored in the plan so a resume times the same ones)."""
     plan = state.plan
@@ -196,7 +198,7 @@ def _confirm_variants(state: RunState) -> list[Variant]:
     if plan.confirm is not None:
         return [by_name[name] for name in plan.confirm]
     config = state.config
-    serving = STEP_COSTS_KEY in state.results.cost_model  # the serving predictor ran (`optimize.serving`)
+    serving = state.results.cost_model.serving is not None  # the serving predictor ran (`optimize.serving`)
     unpredicted = [v for v in state.space if v.is_speculative and state.variant_result(v).predicted is None]
     if config.strategy == "exhaustive" or (unpredicted and not serving):
         chosen = [v for v in state.space if v.is_speculative]
@@ -251,9 +253,7 @@ def run(state: RunState) -> None:
     elif state.plan.confirm_slots is not None:
         variants = _confirm_sequentially(state, variants)
     elif not getattr(state.engine, "interleaves", True):
-        from runinfra_opt.optimize import serving
-
-        time_by_variant(state, variants, repredict=lambda: serving.predict_capacity(state))
+        time_by_variant(state, variants, repredict=capacity_repredict(state))
     else:
         _time_locally(state, variants)
     summarize_measured(state, variants)

@@ -1,13 +1,12 @@
-"""Phases `cost` and `check_cost`: the measured cost model, and its check against the baseline pass.
+"""Phases `cost` and `check_cost`: the run's predictor measures its costs (`optimize.predictor`), recorded in
+`results.cost_model` and `<run dir>/cost_model.json`; the in-process predictor's cost model is checked against the
+baseline pass.
 
-`cost` reads `state.engine` (its `COST_TABLE` capability) and `state.space`; it measures (or reads from the
-cache) forward/prefill times of the target and of each variant's drafter, and the candidate search of methods
-that declare one (prompt lookup), fits the cost model
-and fills `state.cost` (recorded in `results.cost_model` and `<run dir>/cost_model.json`; `restore` rebuilds
-`state.cost` from there on resume).
-
-On a serving engine (`STEP_COSTS`: vllm) `cost` measures the step-cost table on the baseline's own server
-instead (`runinfra_opt.optimize.serving.measure`; that server then serves the baseline pass too).
+The in-process predictor's costs (`measure`) read `state.engine` and `state.space`: forward/prefill times of the
+target and of each variant's drafter, measured or read from the cache, and the candidate search of methods that
+declare one (prompt lookup), fitted into the cost model `state.cost` (`restore` rebuilds it on resume). The serving
+predictor's are the step-cost table on the baseline's own server (`optimize.serving.measure`; that server then
+serves the baseline pass too).
 
 `check_cost` (after the baseline pass) compares the raw model's prediction of the baseline pass with its
 measured time and measures once again when a cached model is too slow (measured on a busy machine).
@@ -15,11 +14,15 @@ measured time and measures once again when a cached model is too slow (measured 
 
 from __future__ import annotations
 
-import json
+from typing import TYPE_CHECKING, Any
 
 from runinfra_opt.fsutil import atomic_write_text
 from runinfra_opt.optimize.rundir import COST_MODEL_FILE
 from runinfra_opt.optimize.state import RunState
+from runinfra_opt.results import CostModelRecord, CostProvenance, CostSampleRecord, FittedCosts, InProcessCosts
+
+if TYPE_CHECKING:  # pragma: no cover
+    from runinfra_opt.predict.costmodel import CostModel, CostSample
 
 COST_MISMATCH = 0.30
 """A cost model whose raw prediction of the measured baseline pass is slower than it by more than this was
@@ -29,21 +32,23 @@ probably measured on a busy machine: measure it again (once) when it came from t
 def restore(state: RunState) -> None:
     from runinfra_opt.predict.costmodel import CostModel
 
-    if "fitted" in state.results.cost_model:  # a serving engine's step-cost table needs no state of its own
-        state.cost = CostModel.from_dict(state.results.cost_model["fitted"])
+    recorded = state.results.cost_model.in_process
+    if recorded is not None:  # a serving engine's step-cost table needs no state of its own
+        state.cost = CostModel.from_dict(recorded.fitted.model_dump())
 
 
 def run(state: RunState) -> None:
-    from runinfra_opt.engine.protocol import Capability, drafters_of, searches_of
+    assert state.predictor is not None  # the pipeline skips the phase without one
+    state.predictor.measure_costs(state)
+    _write(state)
+
+
+def measure(state: RunState) -> None:
+    """The in-process predictor's costs (`optimize.predictor.InProcess`): the forward-cost tables, measured or read
+    from the cache, fitted."""
+    from runinfra_opt.engine.protocol import drafters_of, searches_of
     from runinfra_opt.predict.costmodel import fit_cost_model
 
-    assert state.engine is not None
-    if Capability.STEP_COSTS in state.engine.capabilities:
-        from runinfra_opt.optimize.serving import measure
-
-        measure(state)
-        _write(state)
-        return
     results = state.results
     engine = state.profiling_engine()
     drafters = drafters_of(state.space)
@@ -58,16 +63,19 @@ def run(state: RunState) -> None:
     )
     state.cost = fit_cost_model(samples)
     state.reporter.end_phase()
-    results.cost_model = {
-        "fitted": state.cost.to_dict(),
-        "provenance": provenance,
-        "samples": [s.to_dict() for s in samples],
-    }
-    _write(state)
+    results.cost_model = CostModelRecord(in_process=_measured(state.cost, samples, provenance))
+
+
+def _measured(cost: CostModel, samples: list[CostSample], provenance: dict[str, Any]) -> InProcessCosts:
+    return InProcessCosts(
+        fitted=FittedCosts.model_validate(cost.to_dict()),
+        provenance=CostProvenance.model_validate(provenance),
+        samples=[CostSampleRecord.model_validate(s.to_dict()) for s in samples],
+    )
 
 
 def _write(state: RunState) -> None:
-    atomic_write_text(state.run_dir / COST_MODEL_FILE, json.dumps(state.results.cost_model, indent=1))
+    atomic_write_text(state.run_dir / COST_MODEL_FILE, state.results.cost_model.model_dump_json(indent=1))
 
 
 def _baseline_prediction_error(state: RunState) -> float | None:
@@ -87,15 +95,22 @@ def _baseline_prediction_error(state: RunState) -> float | None:
 
 
 def check(state: RunState) -> None:
+    assert state.predictor is not None  # the pipeline skips the phase without one
+    state.predictor.check_costs(state)
+
+
+def check_against_baseline(state: RunState) -> None:
+    """The in-process predictor's check (`optimize.predictor.InProcess`); see the module's docstring."""
     from runinfra_opt.engine.protocol import drafters_of, searches_of
     from runinfra_opt.predict.costmodel import fit_cost_model
 
     results = state.results
     error = _baseline_prediction_error(state)
-    if error is None:
+    recorded = results.cost_model.in_process
+    if error is None or recorded is None:
         return
-    results.cost_model["baseline_prediction_error"] = error
-    cached = bool(results.cost_model.get("provenance", {}).get("cached"))
+    recorded.baseline_prediction_error = error
+    cached = bool(recorded.provenance.cached)
     # Only a cost model slower than reality is suspect: forwards cannot take longer than the measured steps
     # that contain them (a faster one is the generate loop's overhead, which the baseline calibrates).
     if error > COST_MISMATCH and cached:
@@ -110,15 +125,14 @@ def check(state: RunState) -> None:
                 searches=searches_of(state.space),
             )
             state.cost = fit_cost_model(samples)
-        results.cost_model.update(
-            {"fitted": state.cost.to_dict(), "provenance": provenance, "samples": [s.to_dict() for s in samples]}
-        )
+        again = _measured(state.cost, samples, provenance)
+        recorded.fitted, recorded.provenance, recorded.samples = again.fitted, again.provenance, again.samples
         error = _baseline_prediction_error(state)
-        results.cost_model["baseline_prediction_error"] = error
+        recorded.baseline_prediction_error = error
     if error is not None and error > COST_MISMATCH:
         results.add_note(
             f"the cost model's raw prediction of the baseline pass is {error:+.0%} off its measured time (the "
             "machine may have been busy while measuring); overheads fitted to the baseline absorb part of it"
         )
-    results.cost_model["checked"] = True
+    recorded.checked = True
     _write(state)

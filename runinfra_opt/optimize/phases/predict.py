@@ -5,9 +5,10 @@ simulator replays each variant's passes per request from the profiling pass; the
 time. `predict` (before confirmation) fits the generate loop's overheads to the profiling pass's baseline
 (these predictions rank the candidates); `repredict` (after it) fits them to the confirmation's baseline
 repeats, timed interleaved with the candidates, so that predicted and measured figures come from the same
-stretch of time. Fills each variant's `predicted_requests` and `predicted`, and `results.cost_model`'s
-`calibrated` / `calibrated_after_confirm`. Cheap: both run again on resume. On a serving engine (`STEP_COSTS`)
-both phases run the serving predictor instead (`optimize.serving.predict`).
+stretch of time. Fills each variant's `predicted_requests` and `predicted`, and
+`results.cost_model.in_process`'s `calibrated` / `calibrated_after_confirm`. Cheap: both run again on resume. Both
+phases ask the run's predictor (`optimize.predictor`): this module is the in-process one's (`predict`), the
+serving predictor's is `optimize.serving.predict`.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from runinfra_opt.methods import BASELINE, Variant
 from runinfra_opt.optimize.simulate import simulate
 from runinfra_opt.optimize.state import RunState
 from runinfra_opt.records import RequestRecord
+from runinfra_opt.results import FittedCosts
 from runinfra_opt.stats import summarize_with_intervals
 from runinfra_opt.workload.model import Request
 
@@ -29,29 +31,13 @@ if TYPE_CHECKING:  # pragma: no cover
 
 
 def run(state: RunState) -> None:
-    if _serving(state):
-        from runinfra_opt.optimize import serving
-
-        serving.predict(state)
-        return
-    _predict(state)
+    assert state.predictor is not None  # the pipeline skips the phase without one
+    state.predictor.predict(state)
 
 
 def run_after_confirm(state: RunState) -> None:
-    if _serving(state):
-        from runinfra_opt.optimize import serving
-
-        serving.predict(state, after_confirm=True)
-        return
-    _predict(state, after_confirm=True)
-
-
-def _serving(state: RunState) -> bool:
-    """The serving-engine predictor (a step-cost table on the baseline's server) instead of the in-process one."""
-    from runinfra_opt.engine.protocol import Capability
-
-    assert state.engine is not None
-    return Capability.STEP_COSTS in state.engine.capabilities
+    assert state.predictor is not None
+    state.predictor.predict(state, after_confirm=True)
 
 
 def _predicted_result(
@@ -83,7 +69,7 @@ def _predicted_result(
     )
 
 
-def _predict(state: RunState, *, after_confirm: bool = False) -> None:
+def predict(state: RunState, *, after_confirm: bool = False) -> None:
     """Predict every variant per request. Before confirmation the overheads are fitted to the profiling
     pass's baseline (these predictions rank the candidates); after it, to the confirmation's baseline
     repeats, timed interleaved with the candidates, so that predicted and measured figures come from the same
@@ -93,6 +79,8 @@ def _predict(state: RunState, *, after_confirm: bool = False) -> None:
 
     assert state.engine is not None
     results = state.results
+    recorded = results.cost_model.in_process
+    assert recorded is not None  # phase `cost` measured it (or `restore` read it)
     if after_confirm:
         confirmed_baseline = state.variant_result(BASELINE).measured_requests
         if not confirmed_baseline:
@@ -101,10 +89,10 @@ def _predict(state: RunState, *, after_confirm: bool = False) -> None:
             v.name: v.predicted.tokens_per_s for v in results.variants if v.predicted is not None
         }
         cost = _fit_overheads(state, confirmed_baseline)
-        results.cost_model["calibrated_after_confirm"] = cost.to_dict()
+        recorded.calibrated_after_confirm = FittedCosts.model_validate(cost.to_dict())
     else:
         cost = _fit_overheads(state, list(state.baseline_records().values()))
-        results.cost_model["calibrated"] = cost.to_dict()
+        recorded.calibrated = FittedCosts.model_validate(cost.to_dict())
     predicted: dict[str, list[RequestRecord]] = {}
     for variant in state.space:
         rows = []

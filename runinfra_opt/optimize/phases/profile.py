@@ -5,9 +5,9 @@ A teacher-forced pass of each drafter over prompt + baseline output gives, per r
 loop's cost per round and per drafted token, in both strategies, so that an exhaustive run checks the predictor
 `--strategy predictive` ships. Each piece is saved as it finishes; a resume does only the rest.
 
-Reads `state.requests`, `state.engine` (its `PROFILE` capability), `state.space` and the baseline pass; fills
-`results.profile` (`agreement`, `acceptance`, `calibration`). On a serving engine (`STEP_COSTS`) it profiles the
-draft models instead (`optimize.serving.profile`)."""
+The phase asks the run's predictor (`optimize.predictor`). The in-process one's (`profile`) reads `state.requests`,
+`state.engine`, `state.space` and the baseline pass; fills `results.profile` (`agreement`, `acceptance`,
+`calibration`). The serving predictor profiles the draft models instead (`optimize.serving.profile`)."""
 
 from __future__ import annotations
 
@@ -39,15 +39,15 @@ def _sequences(state: RunState, requests: Sequence[Request]) -> list[tuple[list[
 
 
 def run(state: RunState) -> None:
-    from runinfra_opt.engine.protocol import Capability, drafters_of
+    assert state.predictor is not None  # the pipeline skips the phase without one
+    state.predictor.profile(state)
+
+
+def profile(state: RunState) -> None:
+    """The in-process predictor's profile (`optimize.predictor.InProcess`); see the module's docstring."""
+    from runinfra_opt.engine.protocol import drafters_of
 
     assert state.engine is not None
-    if Capability.STEP_COSTS in state.engine.capabilities:
-        from runinfra_opt.optimize import serving
-
-        serving.profile(state)
-        return
-
     results = state.results
     engine = state.profiling_engine()
     drafters = drafters_of(state.space)

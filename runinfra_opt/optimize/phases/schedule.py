@@ -9,9 +9,9 @@ anything is timed, so a resume measures the same one."""
 from __future__ import annotations
 
 from runinfra_opt.methods import BASELINE, Variant
-from runinfra_opt.optimize import kschedule, serving, underload
+from runinfra_opt.optimize import kschedule, underload
 from runinfra_opt.optimize.byvariant import time_by_variant
-from runinfra_opt.optimize.phases.confirm import summarize_measured
+from runinfra_opt.optimize.phases.confirm import capacity_repredict, summarize_measured
 from runinfra_opt.optimize.state import RunState
 
 
@@ -37,7 +37,7 @@ def run(state: RunState) -> None:
     if variant not in state.space:
         state.space.append(variant)
     # the baseline is measured already: no launch for it
-    time_by_variant(state, [BASELINE, variant], repredict=lambda: serving.predict_capacity(state))
+    time_by_variant(state, [BASELINE, variant], repredict=capacity_repredict(state))
     summarize_measured(state, [variant])
     results.load.schedule = kschedule.verify(results, schedule)
     if not results.load.schedule.written:

@@ -8,18 +8,10 @@ again on resume (it opens the engine).
 
 from __future__ import annotations
 
-from runinfra_opt.engine.protocol import Capability, Engine
 from runinfra_opt.errors import UserInputError
 from runinfra_opt.optimize.space import build_space
 from runinfra_opt.optimize.state import RunState
 from runinfra_opt.results import ModelInfo
-
-
-def predictive_capable(engine: Engine) -> bool:
-    """Whether the engine can feed a predictor: the in-process one (profiling and a cost table) or the serving
-    engine's (a step-cost table on the baseline's server, and load levels)."""
-    caps = engine.capabilities
-    return {Capability.PROFILE, Capability.COST_TABLE} <= caps or {Capability.STEP_COSTS, Capability.SERVE_LOAD} <= caps
 
 
 def run(state: RunState) -> None:
@@ -86,11 +78,6 @@ def run(state: RunState) -> None:
                 "the repeats on that launch, not the spread between launches of one server, which can be larger"
                 f"{drift} (docs/how-it-works.md, 'Each candidate beside the baseline')"
             )
-    if not state.resumed and not predictive_capable(engine) and config.strategy == "predictive":
-        results.add_note(
-            f"the {engine.name} engine cannot profile drafts or measure a cost table: every variant is timed "
-            "(strategy exhaustive) and the cost, profile and predict phases are skipped"
-        )
     results.environment = engine.environment()
     target_info, draft_infos = engine.model_infos()
     results.target = ModelInfo.model_validate(target_info)

@@ -1,29 +1,27 @@
-"""The serving-engine predictor in a run (engines with `STEP_COSTS` and `SERVE_LOAD`): the glue between the run's
-state and `runinfra_opt.predict`.
-
-A serving engine pays a server launch per variant, so `optimize` predicts every variant from the baseline's server
-alone and launches only the best few. `measure` (phase `cost`) measures the step-cost table on the baseline's
-server; `predict` (phases `predict` and `repredict`) simulates every variant's passes from the baseline's greedy
-output and serves them through the scheduler model, at batch 1 and at every `--load` level, calibrated on the
-baseline's measured runs after confirmation. A draft model's variants are predicted too once `profile` (phase
-`profile`) has its teacher-forced agreement with the baseline server's outputs, computed in-process, and its own
-step-cost table, measured on a server of the draft alone; variants of other drafters (heads) are timed instead, with
-a note. The decision uses measured figures only.
-"""
+"""The serving predictor's predictions at batch 1 and at every `--load` level (`predict`, phases `predict` and
+`repredict`): every predictable variant's passes simulated from the baseline's greedy output and served through the
+scheduler model, calibrated on the baseline's measured runs, with the speculative step terms fitted on the timed
+variants; and its capacity predictions (`predict_capacity`, `serving.capacity`) from the same inputs."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
-from runinfra_opt.engine.protocol import StepCostMeter
 from runinfra_opt.methods import BASELINE, Variant
+from runinfra_opt.optimize.serving.capacity import predict_capacities
+from runinfra_opt.optimize.serving.costs import draft_cost, profiled, step_table
 from runinfra_opt.optimize.simulate import simulate
 from runinfra_opt.optimize.state import RunState
 from runinfra_opt.predict.calibrate import as_served, calibration_runs
 from runinfra_opt.predict.overhead import NONE as NO_OVERHEAD
 from runinfra_opt.predict.serving import predictable
 from runinfra_opt.records import RequestRecord
-from runinfra_opt.results import PredictedLevel
+from runinfra_opt.results import (
+    Batch1Corrections,
+    PredictedLevel,
+    SpecOverheads,
+    SpecTerms,
+)
 from runinfra_opt.stats import summarize_with_intervals
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -33,151 +31,6 @@ if TYPE_CHECKING:  # pragma: no cover
     from runinfra_opt.predict.overhead import SpecOverhead
     from runinfra_opt.predict.serving import RequestPasses
     from runinfra_opt.predict.steptable import StepCostTable
-
-STEP_COSTS_KEY = "step_costs"
-"""`results.cost_model[...]`: the step-cost measurement (table, trials, rejected tries, wall time)."""
-
-
-def measure(state: RunState) -> None:
-    """Phase `cost` on a serving engine: the step-cost table on the baseline's server, as far as the run can use it
-    (steps of up to the largest closed loop's concurrency, 1 at batch 1 only, each sequence carrying up to 1 + the
-    largest predictable lookahead). When the server does not allow the measurement (e.g. no prefix-cache
-    metrics), nothing is predicted and every variant is timed, with the reason in `phases_skipped` and the notes;
-    a server that died shows again in the baseline phase."""
-    from runinfra_opt.errors import EngineError
-
-    assert state.engine is not None
-    engine = cast(StepCostMeter, state.engine)
-    max_batch, max_prefill = _limits(state)
-    max_tokens = 1 + max([v.lookahead for v in state.space if predictable(v, _draft_models(state))] + [0])
-    state.reporter.phase("cost", None, "measuring step costs on the baseline's server")
-    try:
-        measurement = engine.step_costs(max_batch, max_tokens, max_prefill)
-    except EngineError as exc:
-        reason = f"the step costs could not be measured on the baseline's server: {str(exc).splitlines()[0]}"
-        for phase in ("cost", "profile", "predict", "repredict"):
-            state.results.phases_skipped[phase] = reason
-        state.results.add_note(f"{reason}; every variant is timed", kind="left_out")
-        return
-    finally:
-        state.reporter.end_phase()
-    state.results.cost_model = {STEP_COSTS_KEY: measurement.to_dict(), "kind": "serving step costs"}
-    state.save()
-
-
-DRAFT_STEP_COSTS_KEY = "draft_step_costs"
-"""`results.cost_model[...][drafter role]`: a draft model's step-cost measurement, on a server of its own."""
-
-
-def _limits(state: RunState) -> tuple[int | None, int]:
-    """The largest batch a step of this run can hold (None: an open loop's in-flight count is unbounded) and the most
-    prompt tokens one step can prefill. A capacity search (`--priority capacity`) offers open-loop rates whatever
-    the load levels are."""
-    from runinfra_opt.load import Concurrency
-    from runinfra_opt.optimize import underload
-
-    levels = underload.levels_of(state)
-    closed = not state.config.objective.on_capacity and all(isinstance(level, Concurrency) for level in levels)
-    max_batch = max([1] + [level.concurrency for level in levels if isinstance(level, Concurrency)]) if closed else None
-    return max_batch, most_prefill_tokens(state, max_batch)
-
-
-def _draft_models(state: RunState) -> dict[str, list[Variant]]:
-    """The space's variants drafted by a separate draft model, by the drafter's role."""
-    from runinfra_opt.methods import get_method
-
-    out: dict[str, list[Variant]] = {}
-    for variant in state.space:
-        drafter = get_method(variant.method).drafter(variant)
-        if drafter is not None and drafter.model is not None:
-            out.setdefault(drafter.role, []).append(variant)
-    return out
-
-
-def profiled(state: RunState) -> set[str]:
-    """The drafter roles the serving predictor can price: agreement flags and a step-cost table both recorded."""
-    tables = state.results.cost_model.get(DRAFT_STEP_COSTS_KEY, {})
-    agreement = state.results.profile.get("agreement", {})
-    return {role for role in tables if role in agreement}
-
-
-def profile(state: RunState) -> None:
-    """Phase `profile` on a serving engine, for each draft model of the space (saved as each finishes; a resume does
-    the rest):
-
-    - its **agreement** with the target: one teacher-forced forward of the draft, in-process (transformers,
-      float32), over each greedy request's prompt and the baseline server's output ids (`engine.hf.profile`). The
-      server computes in its own dtype (bfloat16 on a CPU): where the draft's top two tokens are nearly tied the
-      server's draft may pick the other one, so an agreement flag can differ from the server's at such positions
-      (the simulated acceptance, not the greedy output, which stays the target's);
-    - its **cost**: the step-cost table of the draft alone, measured as the target's is, on a server of its own
-      launched beside the baseline's (`StepCostMeter.draft_step_costs`; one launch per draft, counted among the
-      run's servers).
-
-    A draft whose table cannot be measured is left to be timed, with a note."""
-    from runinfra_opt.engine.hf.profile import teacher_forced_agreement
-    from runinfra_opt.errors import EngineError
-    from runinfra_opt.models import load_model
-    from runinfra_opt.optimize.byvariant import record_launches
-    from runinfra_opt.optimize.state import agreement_bits
-
-    drafts = _draft_models(state)
-    if not drafts or STEP_COSTS_KEY not in state.results.cost_model:
-        return
-    assert state.engine is not None
-    engine = cast(StepCostMeter, state.engine)
-    results = state.results
-    agreement: dict[str, dict[str, str]] = results.profile.setdefault("agreement", {})
-    tables: dict[str, Any] = results.cost_model.setdefault(DRAFT_STEP_COSTS_KEY, {})
-    base = state.baseline_records()
-    greedy = [r for r in state.requests if r.greedy and r.id in base]
-    seqs = [(state.engine.prompts.prompt_ids(r), list(base[r.id].output_ids or [])) for r in greedy]
-    max_batch, max_prefill = _limits(state)
-    state.reporter.phase("profile", 2 * len(drafts), "profiling the draft models")
-    for role, variants in drafts.items():
-        spec = variants[0].draft
-        assert spec is not None
-        if role not in agreement and seqs:
-            model = load_model(spec, device="cpu", dtype="float32")
-            flags = teacher_forced_agreement(model, seqs)
-            agreement[role] = {r.id: agreement_bits(f) for r, f in zip(greedy, flags, strict=True)}
-            del model
-            state.save()
-        state.reporter.advance(f"{role}: agreement")
-        if role not in tables:
-            max_tokens = 1 + max(v.lookahead for v in variants)
-            try:
-                tables[role] = engine.draft_step_costs(spec, max_batch, max_tokens, max_prefill).to_dict()
-            except EngineError as exc:
-                results.add_note(
-                    f"the step costs of {role} could not be measured on a server of its own: "
-                    f"{str(exc).splitlines()[0]}; its variants are timed",
-                    kind="left_out",
-                )
-            record_launches(state)
-            state.save()
-        state.reporter.advance(f"{role}: step costs")
-    state.reporter.end_phase()
-
-
-def most_prefill_tokens(state: RunState, max_batch: int | None) -> int:
-    """The most prompt tokens one step of this run can prefill: the `max_batch` longest prompts of the workload
-    together (all of them under an open loop), at most the server's token budget per step. The step-cost table
-    needs prefill lengths up to there and no further (a long prefill row is a large share of the measurement)."""
-    from runinfra_opt.predict.serving import VLLM_CPU_SERVER
-
-    assert state.engine is not None
-    lengths = sorted((len(state.engine.prompts.prompt_ids(r)) for r in state.requests), reverse=True)
-    together = sum(lengths if max_batch is None else lengths[:max_batch])
-    return max(1, min(together, VLLM_CPU_SERVER.max_num_batched_tokens))
-
-
-def step_table(state: RunState) -> StepCostTable:
-    """The measured table as the predictor prices steps with it: each row non-decreasing in the tokens per sequence
-    (`StepCostTable.monotone`; the results keep the measured cells)."""
-    from runinfra_opt.predict.steptable import StepCostTable
-
-    return StepCostTable.from_dict(state.results.cost_model[STEP_COSTS_KEY]["table"]).monotone()
 
 
 def _passes(state: RunState, variant: Variant) -> list[RequestPasses]:
@@ -241,7 +94,7 @@ def _inputs(
 ) -> tuple[StepCostTable, list[Variant], dict[str, DraftCost], dict[str, list[RequestPasses]]] | None:
     """What both predictions start from: the step-cost table, the predictable variants, their draft models'
     proposers and their simulated passes; None before the table is measured or without the baseline's passes."""
-    if STEP_COSTS_KEY not in state.results.cost_model:
+    if state.results.cost_model.serving is None:
         return None
     table = step_table(state)
     ready = profiled(state)
@@ -255,11 +108,9 @@ def _inputs(
 
 def predict_capacity(state: RunState) -> None:
     """Every predictable variant's capacity predicted again on what has been measured so far
-    (`capacity_prediction.predict`, with the terms `predict(after_confirm=True, interim=True)` fits), the batch-1 and
-    load-level predictions left as they are: a capacity search calls it once its server has warmed up
-    (`capacity.search`'s `repredict`)."""
-    from runinfra_opt.optimize import capacity_prediction
-
+    (`serving.capacity.predict_capacities`, with the terms `predict(after_confirm=True, interim=True)` fits), the
+    batch-1 and load-level predictions left as they are: a capacity search calls it once its server has warmed up
+    (`optimize.capacity.search`'s `repredict`)."""
     inputs = _inputs(state)
     if inputs is None:
         return
@@ -267,7 +118,7 @@ def predict_capacity(state: RunState) -> None:
     calibration = _batch1_calibration(state, table, passes[BASELINE.name], after_confirm=True)
     overheads = _spec_overheads(state, table, passes, calibration, variants, drafts, interim=True)
     corrections = calibration.corrections if calibration is not None else None
-    capacity_prediction.predict(state, passes, table, corrections, overheads, drafts)
+    predict_capacities(state, passes, table, corrections, overheads, drafts)
 
 
 def predict(state: RunState, *, after_confirm: bool = False, interim: bool = False) -> None:
@@ -285,12 +136,14 @@ def predict(state: RunState, *, after_confirm: bool = False, interim: bool = Fal
     table, variants, drafts, passes = inputs
     base_passes = passes[BASELINE.name]
     calibration = _batch1_calibration(state, table, base_passes, after_confirm)
+    recorded = results.cost_model.serving
+    assert recorded is not None  # `_inputs` found the table
     if calibration is not None:
-        results.cost_model["batch1_corrections"] = {
-            "step_s": calibration.corrections.step_s,
-            "request_s": calibration.corrections.request_s,
-            "fitted_to": "confirmed baseline repeats" if after_confirm else "baseline pass",
-        }
+        recorded.batch1_corrections = Batch1Corrections(
+            step_s=calibration.corrections.step_s,
+            request_s=calibration.corrections.request_s,
+            fitted_to="confirmed baseline repeats" if after_confirm else "baseline pass",
+        )
     if after_confirm:  # the figures the candidates were first ranked by (kept through interim re-fits and resumes)
         results.profile.setdefault(
             "ranking_predicted_tokens_per_s",
@@ -333,34 +186,14 @@ def predict(state: RunState, *, after_confirm: bool = False, interim: bool = Fal
         for predicted in vr.load_predicted:
             mine, theirs = level_tps[predicted.level].get(variant.name), level_tps[predicted.level].get(BASELINE.name)
             predicted.vs_baseline = mine / theirs if mine and theirs else None
-    from runinfra_opt.optimize import capacity_prediction
-
     corrections = calibration.corrections if calibration is not None else None
-    capacity_prediction.predict(state, passes, table, corrections, overheads, drafts)
+    predict_capacities(state, passes, table, corrections, overheads, drafts)
     left = [v.name for v in state.space if v not in variants]
     if left:
         results.add_note(
             f"the serving predictor cannot simulate {', '.join(left)} without a drafter profile and step costs "
             "(made for draft models only): timed instead"
         )
-
-
-def draft_cost(state: RunState, variant: Variant) -> DraftCost | None:
-    """What `variant`'s draft model adds to a step (`predict.draftcost`), from its recorded step-cost table (made
-    non-decreasing as the target's); None for a variant without a draft model or before the table is measured."""
-    from runinfra_opt.methods import get_method
-    from runinfra_opt.predict.draftcost import DraftCost
-    from runinfra_opt.predict.steptable import StepCostTable
-
-    drafter = get_method(variant.method).drafter(variant)
-    measured = state.results.cost_model.get(DRAFT_STEP_COSTS_KEY, {}).get(drafter.role) if drafter else None
-    if measured is None:
-        return None
-    return DraftCost(StepCostTable.from_dict(measured["table"]).monotone(), variant.lookahead)
-
-
-SPEC_OVERHEAD_KEY = "spec_overhead"
-"""`results.cost_model[...]`: the speculative step terms fitted on the confirmed variants (`predict.overhead`)."""
 
 
 def _spec_overheads(
@@ -375,7 +208,7 @@ def _spec_overheads(
     """The speculative step terms per variant (`runinfra_opt.predict.overhead`): for a timed variant, fitted on the
     other timed variants' batch-1 requests (held out); for an untimed one, on all of them; either way on those of
     the variant's own method alone when any was timed. A variant's measured seconds are taken at the calibration's
-    pace first (`pace`). Recorded in `results.cost_model[SPEC_OVERHEAD_KEY]`."""
+    pace first (`pace`). Recorded in `results.cost_model.serving.spec_overhead`."""
     from runinfra_opt.load import Concurrency
     from runinfra_opt.predict.calibrate import predict_level
     from runinfra_opt.predict.overhead import Sample, by_family, fit, leave_one_out, median_by_request
@@ -411,13 +244,15 @@ def _spec_overheads(
     pooled = fit(samples)
     held_out = leave_one_out(samples, timed, family)
     out = {v.name: held_out.get(v.name) or by_family(samples, v.name, family) for v in variants if v.is_speculative}
-    state.results.cost_model[SPEC_OVERHEAD_KEY] = {
-        "all": pooled.to_dict(),
-        "by_method": {method: by_family(samples, name, family).to_dict() for name, method in family.items()},
-        "held_out": {name: terms.to_dict() for name, terms in held_out.items()},
-        "method": "least squares over timed speculative variants' batch-1 requests, those of the variant's own "
+    recorded = state.results.cost_model.serving
+    assert recorded is not None
+    recorded.spec_overhead = SpecOverheads(
+        all=_terms(pooled),
+        by_method={method: _terms(by_family(samples, name, family)) for name, method in family.items()},
+        held_out={name: _terms(terms) for name, terms in held_out.items()},
+        method="least squares over timed speculative variants' batch-1 requests, those of the variant's own "
         "method when any was timed; a timed variant's own prediction uses the terms fitted on the others",
-    }
+    )
     if len(timed) == 1 and not interim:
         note = (
             f"only one speculative variant was timed ({timed[0]}): its prediction has no speculative step terms "
@@ -425,6 +260,10 @@ def _spec_overheads(
         )
         state.results.add_note(note)
     return out
+
+
+def _terms(terms: SpecOverhead) -> SpecTerms:
+    return SpecTerms.model_validate(terms.to_dict())
 
 
 def pace(
@@ -455,14 +294,14 @@ def _level_spec_overheads(
     (`predict.overhead.level_samples`, `fit_drafted`), held out and by method as at batch 1 (a timed variant's from
     the others' steps; alone, it keeps its batch-1 terms; checked by re-predicting recorded runs:
     `benchmarks/repredict.py`).
-    Recorded in `results.cost_model[SPEC_OVERHEAD_KEY]["levels"]`."""
+    Recorded in `results.cost_model.serving.spec_overhead.levels`."""
     from runinfra_opt.predict.overhead import Sample, fit_drafted, kin, level_samples
 
     family = {v.name: v.method for v in variants if v.is_speculative}
     timed = {v.name: _level_runs(state, v) for v in variants if v.name in batch1}
     timed = {name: runs for name, runs in timed.items() if runs}
     out: dict[str, dict[str, SpecOverhead]] = {}
-    recorded: dict[str, Any] = {}
+    recorded: dict[str, dict[str, SpecTerms]] = {}
     for level, calibration in calibrations.items():
         if calibration is None:
             continue
@@ -475,9 +314,11 @@ def _level_spec_overheads(
         fitted = {name: fit_drafted(kin(samples, name, family), t.step_s) for name, t in batch1.items()}
         out[level] = {name: t for name, t in fitted.items() if t.fitted_on}
         if out[level]:
-            recorded[level] = {name: t.to_dict() for name, t in out[level].items()}
-    if recorded:
-        state.results.cost_model.setdefault(SPEC_OVERHEAD_KEY, {})["levels"] = recorded
+            recorded[level] = {name: _terms(t) for name, t in out[level].items()}
+    serving = state.results.cost_model.serving
+    if recorded and serving is not None:
+        serving.spec_overhead = serving.spec_overhead or SpecOverheads()
+        serving.spec_overhead.levels = recorded
     return out
 
 

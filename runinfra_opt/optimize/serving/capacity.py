@@ -1,9 +1,11 @@
-"""Capacity predicted: every predictable variant's highest sustained rate, by bisection over offered rates on the
-modelled scheduler (`predict.serving.predict_run`), judged on the predicted records exactly as a measured run is
-judged (`optimize.capacity.judge`). Called from the serving predictor's phases (`optimize.serving`), before any
-search and again after each search's warm-up; once searches have warmed their servers up, the steps are priced by
-batch size from the baseline's warm-up (`_warmup_corrections`) and the speculative terms from the launched
-variants' (`_warmup_overheads`). The searches themselves are `optimize.capacity`.
+"""The serving predictor's capacity predictions, beside its batch-1 and load-level ones (`serving.levels`, which calls
+`predict_capacities` with the same passes, table, corrections and speculative terms): every predictable variant's
+highest sustained rate, by bisection over offered rates on the modelled scheduler (`predict.serving.predict_run`),
+judged on the predicted records exactly as a measured run is judged (`optimize.capacity.judge`). Called from the
+phases `predict` and `repredict`, before any search, and again after each search's warm-up
+(`optimize.predictor.Serving.predict_capacity`); once searches have warmed their servers up, the steps are priced by
+batch size from the baseline's warm-up (`_warmup_corrections`) and the speculative terms from the launched variants'
+(`_warmup_overheads`). The searches themselves are `optimize.capacity`.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from runinfra_opt.load.cycle import cycle, original_id
 from runinfra_opt.methods import BASELINE
 from runinfra_opt.optimize import capacity
 from runinfra_opt.optimize.state import RunState
-from runinfra_opt.results import VariantCapacity
+from runinfra_opt.results import CapacityCorrections, CapacitySpecOverheads, SpecTerms, VariantCapacity
 
 if TYPE_CHECKING:  # pragma: no cover
     from runinfra_opt.predict.draftcost import DraftCost
@@ -48,7 +50,7 @@ def _predicted_verdict(
     return capacity.judge(state, run, rate).passed
 
 
-def predict(
+def predict_capacities(
     state: RunState,
     passes: dict[str, list[RequestPasses]],
     table: StepCostTable,
@@ -91,11 +93,6 @@ def predict(
         vr.capacity = vc
 
 
-WARMUP_CORRECTIONS_KEY = "capacity_corrections"
-"""`results.cost_model[...]`: the step corrections by batch size the capacity predictions use, and what they were
-read off."""
-
-
 def _warmup_corrections(state: RunState, table: StepCostTable, batch1: Corrections | None) -> Corrections | None:
     """The batch-1 `corrections` with the step's by batch size (`predict.figures.batch_residuals`) read off the
     baseline's warm-up, from the batch-1 step correction at one sequence: the table is measured up to a few
@@ -103,7 +100,7 @@ def _warmup_corrections(state: RunState, table: StepCostTable, batch1: Correctio
     warm-up or when it shows too few decoding steps. Nothing judges the warm-up, and its rate rises through the
     searched ones without holding any, so the baseline's prediction is not fitted on a run it is checked by. The
     warm-up's requests are the rates' (copies included), so its steps are the searched steps' kind. Recorded in
-    `results.cost_model[WARMUP_CORRECTIONS_KEY]`."""
+    `results.cost_model.serving.capacity_corrections`."""
     from runinfra_opt.load.store import read_run
     from runinfra_opt.predict.figures import batch_residuals
     from runinfra_opt.predict.serving import Corrections
@@ -119,16 +116,14 @@ def _warmup_corrections(state: RunState, table: StepCostTable, batch1: Correctio
     base = batch1 or Corrections()
     if points[0][0] > 1:  # anchored at batch 1 by the batch-1 fit (a warm-up rarely steps one sequence alone)
         points = ((1.0, base.step_s), *points)
-    state.results.cost_model[WARMUP_CORRECTIONS_KEY] = {
-        "by_batch": [[b, s] for b, s in points],
-        "request_s": base.request_s,
-        "fitted_to": f"the baseline's warm-up for its capacity search ({records}): decoding steps by batch size",
-    }
+    recorded = state.results.cost_model.serving
+    assert recorded is not None  # the table the predictions price steps with
+    recorded.capacity_corrections = CapacityCorrections(
+        by_batch=[[b, s] for b, s in points],
+        request_s=base.request_s,
+        fitted_to=f"the baseline's warm-up for its capacity search ({records}): decoding steps by batch size",
+    )
     return Corrections(base.step_s, base.request_s, by_batch=points)
-
-
-WARMUP_OVERHEADS_KEY = "capacity_spec_overheads"
-"""`results.cost_model[...]`: the speculative step terms the capacity predictions use, fitted on warm-ups."""
 
 
 def _warmup_overheads(
@@ -144,7 +139,7 @@ def _warmup_overheads(
     own warm-up counts toward its terms: nothing judges it, and it holds none of the searched rates. A copy of a
     planned request (`load.cycle`) carries its original's simulated passes (greedy: the same output). Variants
     of a method none of whose variants warmed up keep the batch-1 terms. Recorded in
-    `results.cost_model[WARMUP_OVERHEADS_KEY]`."""
+    `results.cost_model.serving.capacity_spec_overheads`."""
     from runinfra_opt.load.store import read_run
     from runinfra_opt.predict.overhead import Sample, fit, warmup_samples
 
@@ -161,12 +156,13 @@ def _warmup_overheads(
         samples.setdefault(method[vr.name], []).extend(found)
     fitted = {family: fit(rows) for family, rows in samples.items() if rows}
     out = {name: fitted[family] for name, family in method.items() if family in fitted}
-    if fitted:
-        state.results.cost_model[WARMUP_OVERHEADS_KEY] = {
-            "by_method": {family: terms.to_dict() for family, terms in fitted.items()},
-            "method": "least squares over the launched variants' capacity warm-ups, their decoding steps grouped by "
+    recorded = state.results.cost_model.serving
+    if fitted and recorded is not None:
+        recorded.capacity_spec_overheads = CapacitySpecOverheads(
+            by_method={family: SpecTerms.model_validate(terms.to_dict()) for family, terms in fitted.items()},
+            method="least squares over the launched variants' capacity warm-ups, their decoding steps grouped by "
             "batch size, beyond the table and the baseline's warm-up step corrections",
-        }
+        )
     return out
 
 
