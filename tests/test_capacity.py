@@ -535,7 +535,7 @@ def test_a_capacity_seen_only_as_a_lower_bound_ranks_nothing() -> None:
     tried one rate per server and kept the baseline on 0.815 >= vs 0.609 >=)."""
     from types import SimpleNamespace
 
-    from runinfra_opt.optimize.capacity_decision import _unresolved
+    from runinfra_opt.optimize.decision.capacity import _unresolved
     from runinfra_opt.results import CapacityLevel, CapacityRow, Interval, VariantCapacity
 
     runs: dict[str, VariantCapacity] = {}
@@ -570,8 +570,8 @@ def test_a_variant_that_saved_no_target_pass_is_not_searched_and_wins_no_capacit
 
     from runinfra_opt.methods import Variant
     from runinfra_opt.optimize import capacity as capacity_phase
-    from runinfra_opt.optimize.capacity_decision import _rows
-    from runinfra_opt.records import RequestRecord
+    from runinfra_opt.optimize.decision.capacity import _rows
+    from runinfra_opt.records import NO_PASS_SAVED, RequestRecord
     from runinfra_opt.results import Interval, VariantCapacity, VariantResult
 
     def result(variant: Variant, passes: int) -> VariantResult:
@@ -598,7 +598,7 @@ def test_a_variant_that_saved_no_target_pass_is_not_searched_and_wins_no_capacit
     results = RunResults(run_id="t", created_at="2026-01-01T00:00:00Z", variants=[base, ghost])
     rows = {row.variant: row for row in _rows(results, summary)}
     assert rows["baseline"].eligible
-    assert (rows[ghost.name].eligible, rows[ghost.name].why_not) == (False, "saved no target pass at batch 1")
+    assert (rows[ghost.name].eligible, rows[ghost.name].why_not) == (False, NO_PASS_SAVED)
 
 
 def test_an_undecided_capacity_falls_back_to_the_most_loaded_level_else_batch_1() -> None:
@@ -607,22 +607,23 @@ def test_an_undecided_capacity_falls_back_to_the_most_loaded_level_else_batch_1(
     recorded load's own decision, which ranks only the offered load."""
     from types import SimpleNamespace
 
-    from runinfra_opt.optimize.capacity import UNSATURATED
-    from runinfra_opt.optimize.capacity_decision import _fall_back
-    from runinfra_opt.results import Decision, Interval, LevelDecision
+    from runinfra_opt.optimize.decision import run
+    from runinfra_opt.optimize.decision.batch1 import Batch1
+    from runinfra_opt.results import Interval, LevelDecision
+    from runinfra_opt.results.capacity import UNSATURATED
 
     gain = Interval(value=1.3, low=1.1, high=1.5)
-    batch1 = Decision(winner="ngram", speculation=True, priority="throughput", reason="ngram 1.2x", gain=gain)
+    batch1 = Batch1(winner="ngram", reason="ngram 1.2x", gain=gain, ttft_change=None, per_category=[],
+                    disqualified=[])  # fmt: skip
 
     def level(name: str, winner: str) -> LevelDecision:
         return LevelDecision(level=name, winner=winner, figure="output tokens/s", reason=f"{winner} at {name}",
                              gain=gain if winner != "baseline" else None)  # fmt: skip
 
-    def fall_back(*levels: LevelDecision) -> Decision:
-        decision = Decision(winner="baseline", speculation=False, priority="throughput", reason="every one kept up")
-        results: Any = SimpleNamespace(load=SimpleNamespace(decisions=list(levels)))
-        _fall_back(results, decision, batch1, "ngram kept up at every rate tried")
-        return decision
+    def fall_back(*levels: LevelDecision) -> Any:
+        previous = run._Part(winner="baseline", gain=None, ttft_change=None, reason="every one kept up")
+        results: Any = SimpleNamespace(load=SimpleNamespace(decisions=list(levels), deploy_level="replay"))
+        return run.fall_back(results, batch1, previous, f"{UNSATURATED}; ngram kept up at every rate tried")
 
     decision = fall_back(
         level("replay", "baseline"), level("concurrency:16", "ngram"), level("concurrency:8", "baseline")

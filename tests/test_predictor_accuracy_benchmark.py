@@ -66,7 +66,7 @@ def test_benchmark_runs_both_strategies_and_the_head_to_head(
     assert predictive.decision is not None
     assert exhaustive.decision is not None
     other = next(v.name for v in exhaustive.variants if v.confirmed and v.name != predictive.decision.winner)
-    exhaustive.decision.winner = other
+    exhaustive.decision = exhaustive.decision.model_copy(update={"winner": other})  # frozen: a copy
     args = predictor_accuracy.argparse.Namespace(target=str(tiny_models[0]), threads=1, max_tokens=8, h2h_repeats=2)
     h2h = predictor_accuracy.head_to_head(str(workload), predictive, exhaustive, args)
     assert h2h["exhaustive_winner"] == other
@@ -113,7 +113,7 @@ def test_serving_head_to_head_alternates_fresh_launches(
     assert exhaustive.decision is not None
     assert predictive.decision is not None
     other = next(v.name for v in exhaustive.variants if v.measured is not None and v.name != exhaustive.decision.winner)
-    predictive.decision.winner = other
+    predictive.decision = predictive.decision.model_copy(update={"winner": other})  # frozen: a copy
     h2h_args = predictor_accuracy.argparse.Namespace(
         target=str(tiny_models[0]), max_tokens=8, h2h_repeats=2, vllm_python=fake_vllm
     )

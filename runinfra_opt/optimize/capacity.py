@@ -2,7 +2,7 @@
 rate needs (`--priority capacity`; and `--priority throughput` where the recorded load does not saturate the
 server, since throughput there is only the offered load). This module offers the rates and searches them on the
 launched servers; the predictions it starts from are `optimize.capacity_prediction`, the decision on what it
-measures `optimize.capacity_decision`.
+measures `optimize.decision.capacity`.
 
 The search (`search`, right after a launched variant's batch-1 timing and load levels, on its server): first a
 warm-up judged by nothing (`warm_up`: what a rate sends, at a rate rising to the highest measurable one, so the
@@ -30,10 +30,11 @@ from runinfra_opt.load import Rate, Replay
 from runinfra_opt.load import capacity as search_rules
 from runinfra_opt.load.cycle import cycle
 from runinfra_opt.methods import BASELINE, Variant
-from runinfra_opt.optimize.select import saved_nothing
+from runinfra_opt.optimize.decision.eligibility import saved_nothing
 from runinfra_opt.optimize.state import RunState
 from runinfra_opt.records import disqualifying
 from runinfra_opt.results import CapacityLevel, CapacitySummary, VariantCapacity
+from runinfra_opt.results.capacity import UNSATURATED
 
 if TYPE_CHECKING:  # pragma: no cover
     from runinfra_opt.load import LevelRun, LoadLevel
@@ -43,7 +44,6 @@ REPEATS = 2
 """Runs a search adds per server to rates whose verdict is unclear (`load.capacity.unclear`), one a rate."""
 SETTLE_E2E = 3
 """A level's window is its sends' span plus this many batch-1 end-to-end times (warm-up requests and drain)."""
-UNSATURATED = "the recorded load does not saturate the server (throughput there is only the offered load)"
 
 
 def _criterion(state: RunState) -> str:
