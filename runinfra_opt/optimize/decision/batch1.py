@@ -172,9 +172,9 @@ def decide(results: RunResults, objective: Objective | None = None, *, seed: int
         threshold=objective.min_speedup,
     )
     if objective.on_ttft:
-        winner, reason = _by_ttft(results, scope, candidates, objective, seed)
+        winner, reason = _in_words_on_ttft(results, scope, candidates, objective, seed)
     else:
-        winner, reason = _by_throughput(scope, candidates, objective)
+        winner, reason = _in_words_on_throughput(scope, candidates, objective)
 
     disqualified = [c for c in candidates if c.result.disqualified]
     if disqualified:
@@ -212,7 +212,7 @@ def _no_pay_reason(best: _Candidate | None, candidates: Sequence[_Candidate], ob
     )
 
 
-def _by_throughput(
+def _in_words_on_throughput(
     scope: Scope[_Candidate], candidates: Sequence[_Candidate], objective: Objective
 ) -> tuple[_Candidate, str]:
     """`rule.by_throughput`, in words."""
@@ -245,7 +245,7 @@ def _by_throughput(
     return base, _no_pay_reason(best_measured, candidates, objective)
 
 
-def _by_ttft(
+def _in_words_on_ttft(
     results: RunResults, scope: Scope[_Candidate], candidates: Sequence[_Candidate], objective: Objective, seed: int
 ) -> tuple[_Candidate, str]:
     """`rule.by_ttft` with batch 1's tie (the paired bootstrap interval of the TTFT ratio includes 1, or within

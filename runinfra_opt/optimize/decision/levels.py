@@ -104,8 +104,8 @@ def level_decision(results: RunResults, level: str, objective: Objective) -> Lev
     )
     tail = f" Left out: {', '.join(excluded)}." if excluded else ""
     if objective.on_ttft:
-        return _by_ttft(level, scope, simplicity, percentile, tail)
-    return _by_throughput(level, scope, objective, tail)
+        return _on_ttft(level, scope, simplicity, percentile, tail)
+    return _on_throughput(level, scope, objective, tail)
 
 
 LATENCY_GAIN = 0.10
@@ -134,7 +134,7 @@ def _latency_instead(level: str, base: LevelResult, rows: Sequence[_Row]) -> str
     )
 
 
-def _by_throughput(level: str, scope: Scope[_Row], objective: Objective, tail: str) -> LevelDecision:
+def _on_throughput(level: str, scope: Scope[_Row], objective: Objective, tail: str) -> LevelDecision:
     """`rule.by_throughput` on the level's output tokens/s and its paired ratio, in words."""
     figure = objective.figure
     outcome = by_throughput(scope)
@@ -168,7 +168,7 @@ def _by_throughput(level: str, scope: Scope[_Row], objective: Objective, tail: s
     )
 
 
-def _by_ttft(level: str, scope: Scope[_Row], simplicity: object, percentile: str, tail: str) -> LevelDecision:
+def _on_ttft(level: str, scope: Scope[_Row], simplicity: object, percentile: str, tail: str) -> LevelDecision:
     """`rule.by_ttft` on the level's TTFT at the percentile, with a flat `TIE` for its tie and its noise."""
     figure = f"TTFT {percentile}"
     base_ttft = scope.base.ttft_s
