@@ -108,3 +108,28 @@ def test_a_fallback_never_decides_at_the_recorded_load() -> None:
     assert decision.reason.startswith("Capacity does not decide (--priority capacity; ")
     assert "by throughput at concurrency:2, the most loaded level measured: " in decision.reason
     assert "(The recorded load, which a fallback never decides by: At the recorded load (replay)" in decision.reason
+
+
+@pytest.mark.parametrize(("name", "answered"), [("capacity", True), ("capacity-undecided", False)])
+def test_the_report_and_the_manifest_agree_on_a_capacity_answer(name: str, answered: bool, tmp_path: Path) -> None:
+    """A capacity that decides nothing gives no server count in the report and no capacity section in the manifest
+    (the report once showed a server count the manifest did not carry); a decided one gives both."""
+    from runinfra_opt.manifest import build_manifest
+    from runinfra_opt.report.capacity import markdown_section
+
+    results, _ = _stored(name)
+    results.decision = _replay(results)
+    assert results.capacity is not None
+    assert results.capacity.answered == answered
+    manifest = build_manifest(results)
+    page = "\n".join(markdown_section(results))
+    rows = [line.split("|") for line in page.splitlines() if line.startswith("| ") and "variant" not in line]
+    servers = [cells[3].strip().strip("*") for cells in rows if len(cells) > 3 and not set(cells[1]) <= {"-", " "}]
+    assert servers
+    if answered:
+        assert str(manifest["capacity"]["servers"]) in servers  # the winner's count, in both
+        assert "No capacity answer" not in page
+    else:
+        assert "capacity" not in manifest
+        assert servers == [""] * len(servers)
+        assert "No capacity answer in this run" in page

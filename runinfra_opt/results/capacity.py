@@ -101,3 +101,9 @@ class CapacitySummary(_Model):
     rows: list[CapacityRow] = Field(default_factory=list)
     winner: str | None = None
     reason: str | None = None
+
+    @property
+    def answered(self) -> bool:
+        """Capacity told the variants apart (a winner): the reports show server counts and the manifest carries a
+        capacity section only then."""
+        return self.winner is not None
