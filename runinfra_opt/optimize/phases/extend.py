@@ -29,7 +29,7 @@ from collections.abc import Sequence
 
 from runinfra_opt import stats
 from runinfra_opt.methods import BASELINE, Variant
-from runinfra_opt.objective import rank
+from runinfra_opt.objective import THROUGHPUT, TTFT, rank
 from runinfra_opt.optimize.decision.eligibility import lossless
 from runinfra_opt.optimize.state import WARMUP_TOKENS, RunState
 from runinfra_opt.records import RequestRecord, compare_to_baseline, disqualifying
@@ -263,7 +263,7 @@ def assess(state: RunState) -> tuple[Certainty, list[Variant]]:
     base_unclear = _straddles(vs_base, threshold)
     equivalent = vs_runner is not None and vs_runner.low >= 1 - EQUIVALENT and vs_runner.high <= 1 + EQUIVALENT
     runner_unclear = runner_may_pay and _straddles(vs_runner, 1.0) and not equivalent
-    measure = objective.measure.words
+    measure = f"{(TTFT if objective.on_ttft else THROUGHPUT).words} at batch 1"  # what `objective.ratio` judged
     if vs_base is None:
         where = "cannot be judged against"
     elif base_unclear:
