@@ -643,3 +643,42 @@ def test_an_undecided_capacity_falls_back_to_the_most_loaded_level_else_batch_1(
     decision = fall_back(level("replay", "baseline"))  # no closed-loop level: batch 1
     assert (decision.winner, decision.speculation, decision.gain) == ("ngram", True, gain)
     assert "): by throughput at batch 1: ngram 1.2x (At the recorded load every variant kept up:" in decision.reason
+
+
+def test_priority_capacity_keeps_the_searches_budget_first_and_says_when_it_is_short() -> None:
+    """Before anything is timed: `--priority capacity` keeps what bracketing every launched server's capacity takes
+    from the batch-1 timings' budget, and a budget too small for it is said, with the budget that would do."""
+    from types import SimpleNamespace
+
+    from runinfra_opt.engine.protocol import Capability
+    from runinfra_opt.methods import Variant
+    from runinfra_opt.objective import Objective
+    from runinfra_opt.optimize.capacity import BRACKET_RUNS, search_need_s
+    from runinfra_opt.optimize.phases import plan
+    from runinfra_opt.workload.model import Request
+
+    def state(priority: str, minutes: float) -> Any:
+        notes: list[str] = []
+        config = SimpleNamespace(objective=Objective.parse(priority), budget_minutes=minutes, confirm=2,
+                                 capacity_requests=12)  # fmt: skip
+        return SimpleNamespace(
+            config=config, engine=SimpleNamespace(capabilities={Capability.SERVE_LOAD}),
+            requests=[Request(id=f"r{i}", line=i + 1, prompt="x") for i in range(5)],
+            space=[Variant("baseline"), *(Variant("vllm_ngram", lookahead=k, ngram_max=3) for k in (2, 4))],
+            results=SimpleNamespace(add_note=notes.append), reporter=SimpleNamespace(note=lambda _: None),
+            budget_left=lambda: minutes * 60, notes=notes,
+        )  # fmt: skip
+
+    one_second = state("capacity", 1.0)
+    need, servers = plan._capacity_need(one_second, lambda _: 1.0)
+    assert servers == 3  # the baseline and the two confirmed candidates
+    assert need == pytest.approx(3 * search_need_s(one_second, 1.0))
+    assert search_need_s(one_second, 1.0) > BRACKET_RUNS * 12  # three runs of 12 one-second requests, a warm-up
+    plan._say_capacity_budget(one_second, need, servers, batch1_s=30.0)
+    (note,) = one_second.notes
+    assert note.startswith("--priority capacity: bracketing the capacity of each of the 3 server(s) it launches")
+    assert f"--budget-minutes {math.ceil((need + 30) / 60):g} would bracket each" in note
+    roomy = state("capacity", math.ceil((need + 30) / 60))
+    plan._say_capacity_budget(roomy, need, servers, batch1_s=30.0)
+    assert roomy.notes == []
+    assert plan._capacity_need(state("throughput", 1.0), lambda _: 1.0) == (0.0, 0)

@@ -85,6 +85,19 @@ def requests_per_rate(state: RunState) -> int:
     return asked if asked is not None else max(len(state.requests), DEFAULT_REQUESTS)
 
 
+BRACKET_RUNS = 3
+"""Runs the least bracket of a capacity takes: a rate sustained, a rate missed, and the sustained one again."""
+
+
+def search_need_s(state: RunState, e2e_s: float) -> float:
+    """Before anything is timed: the seconds one server's search takes to bracket its capacity (a warm-up and
+    `BRACKET_RUNS` runs of what a rate sends, at one request in flight, where a search with no prediction starts),
+    for requests whose batch-1 length is `e2e_s` (the plan's estimate)."""
+    requests = state.config.capacity_requests or DEFAULT_REQUESTS
+    warmup = search_rules.ramp(requests, e2e_s)[-1] + SETTLE_E2E * e2e_s
+    return warmup + BRACKET_RUNS * (requests * e2e_s + SETTLE_E2E * e2e_s)
+
+
 def level_requests(state: RunState) -> list[Request]:
     """What each offered rate sends: the planned requests, cycled to `requests_per_rate` (`load.cycle`)."""
     return cycle(state.requests, requests_per_rate(state))
