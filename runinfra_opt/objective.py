@@ -2,7 +2,7 @@
 
 An `Objective` is the priority (the figure to rank on), the TTFT percentile, the constraints that rule a
 variant out and the speed-up a speculative winner must reach. The CLI builds it once; the batch-1 decision
-(`optimize.select`), each load level's decision (`optimize.underload`), the candidate ordering of the
+(`optimize.decision.batch1`), each load level's decision (`optimize.decision.levels`), the candidate ordering of the
 confirmation phases and the reports read the priority through its properties (`measure`, `score`, `ratio`,
 `threshold`), never by comparing its name. `rank` is the ranking both decisions share: best figure first, and
 among figures within `TIE` of the best, the simplest variant.

@@ -538,7 +538,7 @@ def test_a_capacity_seen_only_as_a_lower_bound_ranks_nothing() -> None:
     tried one rate per server and kept the baseline on 0.815 >= vs 0.609 >=)."""
     from types import SimpleNamespace
 
-    from runinfra_opt.optimize.capacity_decision import _unresolved
+    from runinfra_opt.optimize.decision.capacity import _unresolved
     from runinfra_opt.results import CapacityLevel, CapacityRow, Interval, VariantCapacity
 
     runs: dict[str, VariantCapacity] = {}
@@ -573,8 +573,8 @@ def test_a_variant_that_saved_no_target_pass_is_not_searched_and_wins_no_capacit
 
     from runinfra_opt.methods import Variant
     from runinfra_opt.optimize import capacity as capacity_phase
-    from runinfra_opt.optimize.capacity_decision import _rows
-    from runinfra_opt.records import RequestRecord
+    from runinfra_opt.optimize.decision.capacity import _rows
+    from runinfra_opt.records import NO_PASS_SAVED, RequestRecord
     from runinfra_opt.results import Interval, VariantCapacity, VariantResult
 
     def result(variant: Variant, passes: int) -> VariantResult:
@@ -601,7 +601,7 @@ def test_a_variant_that_saved_no_target_pass_is_not_searched_and_wins_no_capacit
     results = RunResults(run_id="t", created_at="2026-01-01T00:00:00Z", variants=[base, ghost])
     rows = {row.variant: row for row in _rows(results, summary)}
     assert rows["baseline"].eligible
-    assert (rows[ghost.name].eligible, rows[ghost.name].why_not) == (False, "saved no target pass at batch 1")
+    assert (rows[ghost.name].eligible, rows[ghost.name].why_not) == (False, NO_PASS_SAVED)
 
 
 def test_an_undecided_capacity_falls_back_to_the_most_loaded_level_else_batch_1() -> None:
@@ -610,22 +610,23 @@ def test_an_undecided_capacity_falls_back_to_the_most_loaded_level_else_batch_1(
     recorded load's own decision, which ranks only the offered load."""
     from types import SimpleNamespace
 
-    from runinfra_opt.optimize.capacity import UNSATURATED
-    from runinfra_opt.optimize.capacity_decision import _fall_back
-    from runinfra_opt.results import Decision, Interval, LevelDecision
+    from runinfra_opt.optimize.decision import run
+    from runinfra_opt.optimize.decision.batch1 import Batch1
+    from runinfra_opt.results import Interval, LevelDecision
+    from runinfra_opt.results.capacity import UNSATURATED
 
     gain = Interval(value=1.3, low=1.1, high=1.5)
-    batch1 = Decision(winner="ngram", speculation=True, priority="throughput", reason="ngram 1.2x", gain=gain)
+    batch1 = Batch1(winner="ngram", reason="ngram 1.2x", gain=gain, ttft_change=None, per_category=[],
+                    disqualified=[])  # fmt: skip
 
     def level(name: str, winner: str) -> LevelDecision:
         return LevelDecision(level=name, winner=winner, figure="output tokens/s", reason=f"{winner} at {name}",
                              gain=gain if winner != "baseline" else None)  # fmt: skip
 
-    def fall_back(*levels: LevelDecision) -> Decision:
-        decision = Decision(winner="baseline", speculation=False, priority="throughput", reason="every one kept up")
-        results: Any = SimpleNamespace(load=SimpleNamespace(decisions=list(levels)))
-        _fall_back(results, decision, batch1, "ngram kept up at every rate tried")
-        return decision
+    def fall_back(*levels: LevelDecision) -> Any:
+        previous = run._Part(winner="baseline", gain=None, ttft_change=None, reason="every one kept up")
+        results: Any = SimpleNamespace(load=SimpleNamespace(decisions=list(levels), deploy_level="replay"))
+        return run.fall_back(results, batch1, previous, f"{UNSATURATED}; ngram kept up at every rate tried")
 
     decision = fall_back(
         level("replay", "baseline"), level("concurrency:16", "ngram"), level("concurrency:8", "baseline")
@@ -645,3 +646,42 @@ def test_an_undecided_capacity_falls_back_to_the_most_loaded_level_else_batch_1(
     decision = fall_back(level("replay", "baseline"))  # no closed-loop level: batch 1
     assert (decision.winner, decision.speculation, decision.gain) == ("ngram", True, gain)
     assert "): by throughput at batch 1: ngram 1.2x (At the recorded load every variant kept up:" in decision.reason
+
+
+def test_priority_capacity_keeps_the_searches_budget_first_and_says_when_it_is_short() -> None:
+    """Before anything is timed: `--priority capacity` keeps what bracketing every launched server's capacity takes
+    from the batch-1 timings' budget, and a budget too small for it is said, with the budget that would do."""
+    from types import SimpleNamespace
+
+    from runinfra_opt.engine.protocol import Capability
+    from runinfra_opt.methods import Variant
+    from runinfra_opt.objective import Objective
+    from runinfra_opt.optimize.capacity import BRACKET_RUNS, search_need_s
+    from runinfra_opt.optimize.phases import plan
+    from runinfra_opt.workload.model import Request
+
+    def state(priority: str, minutes: float) -> Any:
+        notes: list[str] = []
+        config = SimpleNamespace(objective=Objective.parse(priority), budget_minutes=minutes, confirm=2,
+                                 capacity_requests=12)  # fmt: skip
+        return SimpleNamespace(
+            config=config, engine=SimpleNamespace(capabilities={Capability.SERVE_LOAD}),
+            requests=[Request(id=f"r{i}", line=i + 1, prompt="x") for i in range(5)],
+            space=[Variant("baseline"), *(Variant("vllm_ngram", lookahead=k, ngram_max=3) for k in (2, 4))],
+            results=SimpleNamespace(add_note=notes.append), reporter=SimpleNamespace(note=lambda _: None),
+            budget_left=lambda: minutes * 60, notes=notes,
+        )  # fmt: skip
+
+    one_second = state("capacity", 1.0)
+    need, servers = plan._capacity_need(one_second, lambda _: 1.0)
+    assert servers == 3  # the baseline and the two confirmed candidates
+    assert need == pytest.approx(3 * search_need_s(one_second, 1.0))
+    assert search_need_s(one_second, 1.0) > BRACKET_RUNS * 12  # three runs of 12 one-second requests, a warm-up
+    plan._say_capacity_budget(one_second, need, servers, batch1_s=30.0)
+    (note,) = one_second.notes
+    assert note.startswith("--priority capacity: bracketing the capacity of each of the 3 server(s) it launches")
+    assert f"--budget-minutes {math.ceil((need + 30) / 60):g} would bracket each" in note
+    roomy = state("capacity", math.ceil((need + 30) / 60))
+    plan._say_capacity_budget(roomy, need, servers, batch1_s=30.0)
+    assert roomy.notes == []
+    assert plan._capacity_need(state("throughput", 1.0), lambda _: 1.0) == (0.0, 0)

@@ -209,7 +209,9 @@ def _records(seconds: list[float], repeats: int = 2) -> list[RequestRecord]:
     ]
 
 
-def _state(tmp_path: Path, leader: list[float], runner: list[float], *, min_speedup: float = 1.05) -> RunState:
+def _state(
+    tmp_path: Path, leader: list[float], runner: list[float], *, min_speedup: float = 1.05, priority: str = "throughput"
+) -> RunState:
     results = RunResults(
         run_id="t",
         created_at="2026-12-01T00:00:00Z",
@@ -223,6 +225,8 @@ def _state(tmp_path: Path, leader: list[float], runner: list[float], *, min_spee
         ),
     )
     config = OptimizeConfig(objective=Objective(min_speedup=min_speedup))
+    # set after the checks: `--priority capacity` needs a serving engine, which `assess` never reads
+    object.__setattr__(config, "objective", Objective.parse(priority, min_speedup=min_speedup))
     state = RunState(config=config, run_dir=tmp_path, results=results, reporter=Silent())
     state.space = [BASELINE, LEADER, RUNNER]
     state.requests = [Request(id=f"r{i}", line=i + 1, prompt="x") for i in range(REQUESTS)]
@@ -256,6 +260,15 @@ def test_a_gain_straddling_min_speedup_asks_for_repeats_of_the_baseline_and_the_
     assert certainty.clear
     assert "lies below the 1.50 threshold" in certainty.summary
     assert more == []
+
+
+@pytest.mark.parametrize("priority", ["throughput", "capacity"])
+def test_how_sure_names_the_figure_it_judged(tmp_path: Path, priority: str) -> None:
+    """Under `--priority capacity` the certainty still judges the batch-1 throughput ratio, and says so (it once
+    labelled that ratio "capacity")."""
+    certainty, _ = extend.assess(_state(tmp_path, leader=[2.5, 2.6], runner=[4.0, 4.1], priority=priority))
+    assert f"{LEADER.name} vs the baseline (throughput at batch 1) " in certainty.summary
+    assert "capacity" not in certainty.summary
 
 
 def test_an_unclear_order_of_two_paying_candidates_times_both_again(tmp_path: Path) -> None:

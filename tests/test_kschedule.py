@@ -189,7 +189,7 @@ def test_disqualified_and_failing_variants_are_not_candidates() -> None:
 
 def test_a_variant_that_saved_no_target_pass_is_not_a_candidate() -> None:
     """k 8's drafts were never accepted at batch 1 (every pass one token): its measured gains are noise, it cannot
-    win (`select.saved_nothing`), and a schedule built from it could not either."""
+    win (`decision.eligibility.saved_nothing`), and a schedule built from it could not either."""
     results = _fixed_k_run()
     k8 = results.variant(K8.name)
     assert k8 is not None

@@ -15,7 +15,8 @@ from runinfra_opt.load import Concurrency, Replay
 from runinfra_opt.load.store import read_run
 from runinfra_opt.methods import parse_variant_name
 from runinfra_opt.objective import Objective
-from runinfra_opt.optimize.underload import auto_levels, crossover_of, level_decision
+from runinfra_opt.optimize.decision.levels import crossover_of, level_decision
+from runinfra_opt.optimize.underload import auto_levels
 from runinfra_opt.report.load import summary_lines
 from runinfra_opt.results import (
     Interval,

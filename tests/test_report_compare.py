@@ -118,7 +118,7 @@ def test_ttft_priority_gates_on_ttft() -> None:
     old = build_results()
     new = build_results(run_id="new")
     assert new.decision is not None
-    new.decision.priority = "ttft"
+    new.decision = new.decision.model_copy(update={"priority": "ttft"})  # frozen: a copy
     winner = new.variant("ngram-n2-k4")
     assert winner is not None
     assert winner.measured is not None

@@ -12,7 +12,8 @@ from runinfra_opt.errors import NoFeasibleVariantError
 from runinfra_opt.exitcodes import ExitCode
 from runinfra_opt.methods import BASELINE, Variant
 from runinfra_opt.objective import Objective
-from runinfra_opt.optimize.select import decide, per_category
+from runinfra_opt.optimize.decision import decide
+from runinfra_opt.optimize.decision.batch1 import per_category
 from runinfra_opt.records import RequestRecord
 from runinfra_opt.results import Interval, LevelMetrics, LevelResult, ModelInfo, RunResults, Summary, VariantResult
 
@@ -382,9 +383,9 @@ def _both(figures: dict[Variant, tuple[float, float]]) -> RunResults:
 def test_batch1_and_a_load_level_rank_the_same_figures_the_same(
     figures: dict[Variant, tuple[float, float]], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """`select.decide` and `underload.level_decision` share `Objective.rank`: on the same figures, the same order
+    """The batch-1 decision and `levels.level_decision` share `Objective.rank`: on the same figures, the same order
     and the same winner."""
-    from runinfra_opt.optimize.underload import level_decision
+    from runinfra_opt.optimize.decision.levels import level_decision
 
     orders: list[list[str]] = []
     shared = Objective.rank
@@ -409,7 +410,8 @@ def test_batch1_and_a_load_level_rank_the_same_figures_the_same(
 
 
 def test_a_variant_that_saved_no_pass_at_batch1_wins_no_load_level_either() -> None:
-    from runinfra_opt.optimize.underload import eligible, level_decision
+    from runinfra_opt.optimize.decision.eligibility import eligible
+    from runinfra_opt.optimize.decision.levels import level_decision
 
     results = _both({NGRAM2: (1.2, 100), SMALL: (1.4, 100)})
     ghost = _at_level_too(_variant(NGRAM4, _records(1.6, 100, noise=0, target_passes=40)), 1.6, 100)
@@ -425,7 +427,7 @@ def test_a_variant_that_saved_no_pass_at_batch1_wins_no_load_level_either() -> N
 
 def test_batch1_and_a_load_level_agree_on_ttft() -> None:
     results = _both({NGRAM4: (1.3, 60), SMALL: (1.5, 90), EXIT: (1.1, 120)})
-    from runinfra_opt.optimize.underload import level_decision
+    from runinfra_opt.optimize.decision.levels import level_decision
 
     objective = Objective(priority="ttft")
     level = level_decision(results, LEVEL, objective)

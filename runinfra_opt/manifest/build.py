@@ -224,7 +224,7 @@ def _capacity(results: RunResults, decision: Decision) -> dict[str, Any]:
     or predicted), the servers the target rate needs and their cost, how it was measured. Empty without a
     capacity decision."""
     summary = results.capacity
-    if summary is None or summary.winner is None:
+    if summary is None or not summary.answered:
         return {}
     rows = {row.variant: row for row in summary.rows}
     winner = rows.get(decision.winner)

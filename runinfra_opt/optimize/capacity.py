@@ -2,7 +2,7 @@
 rate needs (`--priority capacity`; and `--priority throughput` where the recorded load does not saturate the
 server, since throughput there is only the offered load). This module offers the rates and searches them on the
 launched servers; the predictions it starts from are the serving predictor's (`optimize.serving.capacity`), the
-decision on what it measures `optimize.capacity_decision`.
+decision on what it measures `optimize.decision.capacity`.
 
 The search (`search`, right after a launched variant's batch-1 timing and load levels, on its server): first a
 warm-up judged by nothing (`warm_up`: what a rate sends, at a rate rising to the highest measurable one, so the
@@ -30,10 +30,11 @@ from runinfra_opt.load import Rate, Replay
 from runinfra_opt.load import capacity as search_rules
 from runinfra_opt.load.cycle import cycle
 from runinfra_opt.methods import BASELINE, Variant
-from runinfra_opt.optimize.select import saved_nothing
+from runinfra_opt.optimize.decision.eligibility import saved_nothing
 from runinfra_opt.optimize.state import RunState
 from runinfra_opt.records import disqualifying
 from runinfra_opt.results import CapacityLevel, CapacitySummary, VariantCapacity
+from runinfra_opt.results.capacity import UNSATURATED
 
 if TYPE_CHECKING:  # pragma: no cover
     from runinfra_opt.load import LevelRun, LoadLevel
@@ -43,7 +44,6 @@ REPEATS = 2
 """Runs a search adds per server to rates whose verdict is unclear (`load.capacity.unclear`), one a rate."""
 SETTLE_E2E = 3
 """A level's window is its sends' span plus this many batch-1 end-to-end times (warm-up requests and drain)."""
-UNSATURATED = "the recorded load does not saturate the server (throughput there is only the offered load)"
 
 
 def _criterion(state: RunState) -> str:
@@ -83,6 +83,19 @@ def requests_per_rate(state: RunState) -> int:
     """`--capacity-requests`, else the planned requests or `DEFAULT_REQUESTS`, whichever is more."""
     asked = state.config.capacity_requests
     return asked if asked is not None else max(len(state.requests), DEFAULT_REQUESTS)
+
+
+BRACKET_RUNS = 3
+"""Runs the least bracket of a capacity takes: a rate sustained, a rate missed, and the sustained one again."""
+
+
+def search_need_s(state: RunState, e2e_s: float) -> float:
+    """Before anything is timed: the seconds one server's search takes to bracket its capacity (a warm-up and
+    `BRACKET_RUNS` runs of what a rate sends, at one request in flight, where a search with no prediction starts),
+    for requests whose batch-1 length is `e2e_s` (the plan's estimate)."""
+    requests = state.config.capacity_requests or DEFAULT_REQUESTS
+    warmup = search_rules.ramp(requests, e2e_s)[-1] + SETTLE_E2E * e2e_s
+    return warmup + BRACKET_RUNS * (requests * e2e_s + SETTLE_E2E * e2e_s)
 
 
 def level_requests(state: RunState) -> list[Request]:

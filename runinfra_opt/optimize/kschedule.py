@@ -25,8 +25,7 @@ from runinfra_opt.errors import UserInputError
 from runinfra_opt.methods import BASELINE, Variant, get_method, parse_variant_name
 from runinfra_opt.methods.k_schedule import KRange, as_vllm, schedule_of, with_schedule, without_schedule
 from runinfra_opt.objective import TIE
-from runinfra_opt.optimize.select import saved_nothing
-from runinfra_opt.records import disqualifying
+from runinfra_opt.optimize.decision.eligibility import lossless, saved_nothing
 from runinfra_opt.results import Interval, KSchedule, LevelResult, RunResults, VariantResult
 
 OPEN_END = 1024
@@ -101,12 +100,6 @@ def _variant(result: VariantResult) -> Variant | None:
         return None
 
 
-def _lossless(result: VariantResult) -> bool:
-    if result.disqualified or result.failed:
-        return False
-    return not any(r.greedy and disqualifying(r) for r in result.measured_requests)
-
-
 def _level(result: VariantResult, level: str) -> LevelResult | None:
     """The variant's result at `level` (the last one recorded)."""
     found = [lr for lr in result.load if lr.level == level]
@@ -129,12 +122,12 @@ def _tokens(level: LevelResult) -> float:
 
 def _families(results: RunResults) -> dict[str, list[tuple[Variant, VariantResult]]]:
     """The lossless fixed-k variants measured under load of every method that takes a schedule, by family; not one
-    that saved no target pass at batch 1 (`select.saved_nothing`: it cannot win, so a schedule built from it could
-    not either)."""
+    that saved no target pass at batch 1 (`decision.eligibility.saved_nothing`: it cannot win, so a schedule built
+    from it could not either)."""
     families: dict[str, list[tuple[Variant, VariantResult]]] = {}
     for result in results.variants:
         variant = _variant(result)
-        if variant is None or not result.load or not _lossless(result) or saved_nothing(result):
+        if variant is None or not result.load or not lossless(result) or saved_nothing(result):
             continue
         method = get_method(variant.method)
         if not method.k_schedules or schedule_of(variant) is not None:
@@ -159,7 +152,7 @@ def _candidates(
 def choices_per_level(results: RunResults) -> list[FamilyChoices]:
     """Every family's choice at every concurrency level where the baseline and one of its fixed k were measured."""
     baseline = results.variant(BASELINE.name)
-    if baseline is None or not _lossless(baseline):
+    if baseline is None or not lossless(baseline):
         return []
     levels = sorted(
         ((n, lr.level) for lr in baseline.load if (n := concurrency_of(lr.level)) is not None and _usable(lr)),
@@ -260,7 +253,7 @@ def verify(results: RunResults, schedule: KSchedule) -> KSchedule:
     result = results.variant(schedule.variant)
     if result is None or not result.load:
         return decided(False, f"not written: {schedule.variant} was not measured under load")
-    if not _lossless(result):
+    if not lossless(result):
         why = result.disqualified or result.failed or "a greedy output differs from the baseline's at batch 1"
         return decided(False, f"not written: {schedule.variant} is not lossless or failed ({why})")
     variant = _variant(result)

@@ -40,11 +40,11 @@ def cells(results: RunResults) -> list[list[str]]:
     out = []
     for row in summary.rows:
         source = row.source if row.eligible or row.why_not == "predicted only" else f"{row.source}; {row.why_not}"
-        out.append([
-            row.variant, _rate(row), "" if row.servers is None else str(row.servers),
-            "" if row.headroom is None else f"{row.headroom:+.0%}", _money(row.cost_per_hour),
-            _money(row.cost_per_million_tokens), source,
-        ])  # fmt: skip
+        servers = [  # no capacity answer: no server count to provision by, as in the manifest
+            "" if row.servers is None else str(row.servers), "" if row.headroom is None else f"{row.headroom:+.0%}",
+            _money(row.cost_per_hour), _money(row.cost_per_million_tokens),
+        ] if summary.answered else ["", "", "", ""]  # fmt: skip
+        out.append([row.variant, _rate(row), *servers, source])
     return out
 
 
@@ -75,6 +75,10 @@ def lines(results: RunResults) -> list[str]:
     out += [f"{vr.name}: {vr.capacity.note}" for vr in results.variants if vr.capacity and vr.capacity.note]
     if summary.reason:
         out.append(summary.reason)
+    if not summary.answered:
+        out.append(
+            "No capacity answer in this run: no server count is given, and the manifest has no capacity section."
+        )
     return out
 
 

@@ -17,7 +17,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field, ValidationError, field_validator
+from pydantic import ConfigDict, Field, ValidationError, field_validator
 
 from runinfra_opt.errors import UserInputError
 from runinfra_opt.fsutil import atomic_write_text
@@ -141,6 +141,11 @@ class QueueSimulation(_Model):
 
 
 class Decision(_Model):
+    """The run's decision (`optimize.decision.decide`), built once from what every scope decided: frozen, so that
+    no phase rewrites a part of it after it is built."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+
     winner: str
     speculation: bool
     priority: str

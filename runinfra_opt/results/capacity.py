@@ -75,6 +75,10 @@ class CapacityRow(_Model):
     why_not: str | None = None
 
 
+UNSATURATED = "the recorded load does not saturate the server (throughput there is only the offered load)"
+"""`CapacitySummary.why` when throughput at the recorded load asked for capacity (not `--priority capacity`)."""
+
+
 class CapacitySummary(_Model):
     """What capacity was searched against and how (`optimize.capacity`), and the decision by it."""
 
@@ -97,3 +101,9 @@ class CapacitySummary(_Model):
     rows: list[CapacityRow] = Field(default_factory=list)
     winner: str | None = None
     reason: str | None = None
+
+    @property
+    def answered(self) -> bool:
+        """Capacity told the variants apart (a winner): the reports show server counts and the manifest carries a
+        capacity section only then."""
+        return self.winner is not None

@@ -29,7 +29,8 @@ from collections.abc import Sequence
 
 from runinfra_opt import stats
 from runinfra_opt.methods import BASELINE, Variant
-from runinfra_opt.objective import rank
+from runinfra_opt.objective import THROUGHPUT, TTFT, rank
+from runinfra_opt.optimize.decision.eligibility import lossless
 from runinfra_opt.optimize.state import WARMUP_TOKENS, RunState
 from runinfra_opt.records import RequestRecord, compare_to_baseline, disqualifying
 from runinfra_opt.results import AddedRepeat, Certainty, Interval, VariantResult
@@ -201,11 +202,6 @@ def _check_drift(state: RunState, warmed: set[str]) -> None:
     )
 
 
-def _lossless(vr: VariantResult) -> bool:
-    """Not failed, and no greedy output that differs from the baseline's at a confident position."""
-    return not vr.failed and not any(r.greedy and disqualifying(r) for r in vr.measured_requests)
-
-
 def _straddles(interval: Interval | None, threshold: float) -> bool:
     return interval is not None and interval.low <= threshold <= interval.high
 
@@ -215,10 +211,10 @@ def _text(interval: Interval | None) -> str:
 
 
 def _lead_with_the_tie_winner(state: RunState, pool: list[VariantResult]) -> None:
-    """Put first (in place) the variant that `select` picks from `pool`, sorted by tokens/s (the first of the
+    """Put first (in place) the variant the batch-1 decision picks from `pool`, sorted by tokens/s (the first of the
     shared ranking, `objective.rank`): the certainty is then about the variant the decision names, not a faster
     one within the tie, and the runner-up is the next fastest other."""
-    from runinfra_opt.optimize.select import simplicity_key
+    from runinfra_opt.optimize.decision.rule import simplicity_key
 
     chosen = rank(
         pool,
@@ -238,7 +234,7 @@ def assess(state: RunState) -> tuple[Certainty, list[Variant]]:
     pool = [
         vr
         for vr in (state.variant_result(v) for v in _confirmed(state))
-        if Variant.from_dict(vr.variant).is_speculative and vr.measured_requests and _lossless(vr)
+        if Variant.from_dict(vr.variant).is_speculative and vr.measured_requests and lossless(vr)
     ]
     if not pool or not base:
         return Certainty(clear=True, summary="no lossless speculative candidate was measured.", added_repeats=added,
@@ -267,7 +263,7 @@ def assess(state: RunState) -> tuple[Certainty, list[Variant]]:
     base_unclear = _straddles(vs_base, threshold)
     equivalent = vs_runner is not None and vs_runner.low >= 1 - EQUIVALENT and vs_runner.high <= 1 + EQUIVALENT
     runner_unclear = runner_may_pay and _straddles(vs_runner, 1.0) and not equivalent
-    measure = objective.measure.words
+    measure = f"{(TTFT if objective.on_ttft else THROUGHPUT).words} at batch 1"  # what `objective.ratio` judged
     if vs_base is None:
         where = "cannot be judged against"
     elif base_unclear:

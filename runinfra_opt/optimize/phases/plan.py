@@ -7,6 +7,9 @@ Reads `state.requests` (every measurable request), `state.engine`, `state.cost`,
 
 from __future__ import annotations
 
+import math
+from collections.abc import Callable
+
 from runinfra_opt.errors import UserInputError
 from runinfra_opt.optimize.plan import plan_requests
 from runinfra_opt.optimize.state import RunState
@@ -20,6 +23,44 @@ def restore(state: RunState) -> None:
     state.requests = [r for r in state.requests if r.id in wanted]
     if len(state.requests) != len(wanted):
         raise UserInputError("--resume: planned requests are missing from the workload; start a new run")
+
+
+def _capacity_need(state: RunState, estimate: Callable[[Request], float]) -> tuple[float, int]:
+    """`--priority capacity` on a serving engine: the seconds its searches need to bracket each launched variant's
+    capacity (`capacity.search_need_s`), and the servers it launches; (0, 0) elsewhere or without a cost model."""
+    from runinfra_opt.engine.protocol import Capability
+    from runinfra_opt.optimize.capacity import search_need_s
+
+    config, engine = state.config, state.engine
+    if not config.objective.on_capacity or engine is None or Capability.SERVE_LOAD not in engine.capabilities:
+        return 0.0, 0
+    lengths = sorted(estimate(r) for r in state.requests)
+    e2e = lengths[len(lengths) // 2] if lengths else 0.0
+    if e2e <= 0:
+        return 0.0, 0  # nothing to estimate by: the searches take what the budget leaves
+    servers = 1 + min(config.confirm, max(len(state.space) - 1, 0))
+    return servers * search_need_s(state, e2e), servers
+
+
+def _say_capacity_budget(state: RunState, need: float, servers: int, batch1_s: float) -> None:
+    """Before anything is timed: when `--budget-minutes` cannot hold the batch-1 timings and a bracket of every
+    launched variant's capacity, say so, with the budget that would."""
+    from runinfra_opt.optimize.capacity import BRACKET_RUNS
+
+    config = state.config
+    left = state.budget_left()
+    if need <= 0 or need + batch1_s <= left:
+        return
+    spent = config.budget_minutes * 60 - left
+    text = (
+        f"--priority capacity: bracketing the capacity of each of the {servers} server(s) it launches takes about "
+        f"{need / 60:.1f} min (a warm-up and {BRACKET_RUNS} offered rates each) besides ~{batch1_s / 60:.1f} min of "
+        f"batch-1 timings, and --budget-minutes {config.budget_minutes:g} leaves {max(left, 0.0) / 60:.1f} min: a "
+        f"capacity may stay a lower bound and decide nothing; --budget-minutes "
+        f"{math.ceil((spent + need + batch1_s) / 60):g} would bracket each"
+    )
+    state.results.add_note(text)
+    state.reporter.note(text)
 
 
 def run(state: RunState) -> None:
@@ -36,10 +77,12 @@ def run(state: RunState) -> None:
         return cost.target.prefill(prompt) + new * cost.target.forward(1, prompt + new // 2)
 
     timed_variants = len(state.space) - 1 if config.strategy == "exhaustive" else None
+    need, servers = _capacity_need(state, estimate)
+    budget_s = max(state.budget_left(), 1.0) - min(need, max(state.budget_left(), 0.0) / 2)  # capacity's first
     plan = plan_requests(
         state.requests,
         estimate,
-        budget_s=max(state.budget_left(), 1.0),
+        budget_s=max(budget_s, 1.0),
         confirm=min(config.confirm, max(len(state.space) - 1, 1)),
         repeats=config.repeats,
         seed=config.seed,
@@ -47,6 +90,7 @@ def run(state: RunState) -> None:
         timed_variants=timed_variants,
         budget_minutes=config.budget_minutes,
     )
+    _say_capacity_budget(state, need, servers, plan.estimate_s)
     kept = with_predecessors(state.requests, plan.request_ids)  # a session's later turn needs its earlier ones
     state.requests = [r for r in state.requests if r.id in kept]
     results.plan = Plan(

@@ -1,23 +1,24 @@
-"""The capacity decision (`decide`, from the decide phase), on what `optimize.capacity` measured: servers =
-ceil(target / capacity); fewest servers, then the most headroom, then the simpler variant; a speculative winner
-must be lossless and sustain a rate the baseline missed (its capacity above the baseline's interval). Measured
-capacities only; predicted ones are shown. Where a capacity is only a lower bound between the baseline and a
-variant, capacity decides nothing and the throughput decision stands (`_fall_back` at a recorded load that does
-not saturate the server).
+"""The capacity scope (`decide`), on what `optimize.capacity` measured: servers = ceil(target / capacity); by
+`decision.rule` with the ranking fewest servers, then the most capacity, then (within `TIE`) the simpler variant;
+a speculative winner must be eligible (`decision.eligibility`) and pay: sustain a rate the baseline missed (its
+capacity's bracket above the baseline's). Measured capacities only; predicted ones are shown. Where a capacity is
+only a lower bound between the baseline and a variant, capacity decides nothing (`ByCapacity.unknown`), and the
+run's decision falls back as `decision.run` says.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
+from dataclasses import dataclass
 
 from runinfra_opt.load import capacity as search_rules
 from runinfra_opt.load.capacity import rate_text
 from runinfra_opt.methods import BASELINE, Variant
-from runinfra_opt.objective import rank
-from runinfra_opt.optimize.capacity import UNSATURATED
-from runinfra_opt.optimize.select import saved_nothing, simplicity_key
-from runinfra_opt.optimize.state import RunState
-from runinfra_opt.results import CapacityRow, CapacitySummary, Decision, Interval, RunResults, VariantResult
+from runinfra_opt.objective import Objective, rank
+from runinfra_opt.optimize.decision import eligibility
+from runinfra_opt.optimize.decision.rule import UNITY, Scope, by_throughput, pays, simplicity_key
+from runinfra_opt.results import CapacityRow, CapacitySummary, Interval, RunResults, VariantResult
 
 
 def _mean_output_tokens(vr: VariantResult) -> float | None:
@@ -26,8 +27,6 @@ def _mean_output_tokens(vr: VariantResult) -> float | None:
 
 
 def _rows(results: RunResults, summary: CapacitySummary) -> list[CapacityRow]:
-    from runinfra_opt.optimize.underload import eligible
-
     rows = []
     target, price = summary.target_rate, summary.server_cost_per_hour
     for vr in results.variants:
@@ -48,16 +47,10 @@ def _rows(results: RunResults, summary: CapacitySummary) -> list[CapacityRow]:
         if price is not None and tokens and value > 0:
             per_hour, rate = (cost, target) if cost is not None and target else (price, value)
             per_million = per_hour / (rate * tokens * 3600) * 1e6 if per_hour is not None else None
-        why_not = None
-        if vr.disqualified or vr.failed:
-            why_not = vr.disqualified or vr.failed
-        elif source == "predicted":
+        why_not = eligibility.why_not(results, vr)
+        if source == "predicted" and not (vr.disqualified or vr.failed):
             why_not = "predicted only"
-        elif saved_nothing(vr):
-            why_not = "saved no target pass at batch 1"
-        elif not eligible(results, vr):
-            why_not = "not measured at batch 1"
-        elif vc.status == "below":
+        elif why_not is None and vc.status == "below":
             why_not = "sustained none of the rates offered"
         rows.append(
             CapacityRow(
@@ -105,27 +98,44 @@ def _rate_text(row: CapacityRow) -> str:
     return f"{rate_text(row.capacity)} requests/s"
 
 
-def decide(state: RunState, decision: Decision, batch1: Decision | None = None) -> None:
-    """The decision by capacity (see the module's docstring) into `results.capacity` and `decision`. `batch1`: the
-    decision at batch 1, before the load levels had their say (the fallback of `_fall_back`)."""
-    results, config = state.results, state.config
+@dataclass(frozen=True)
+class ByCapacity:
+    """What capacity said in this run (`decide`): a winner (`decided`), or why it cannot tell the variants apart
+    (`unknown`). `reason` is `summary.reason`."""
+
+    summary: CapacitySummary
+    winner: str | None = None
+    gain: Interval | None = None
+    """The winner's capacity over the baseline's (low: its sustained rate over the baseline's missed one); `UNITY`
+    for the baseline; None where the baseline sustained no rate offered."""
+    unknown: str | None = None
+
+    @property
+    def decided(self) -> bool:
+        return self.winner is not None
+
+
+def decide(results: RunResults, objective: Objective) -> ByCapacity | None:
+    """The decision by capacity (see the module's docstring) into `results.capacity`; None when this run has no
+    capacity to decide on (nothing searched, or the baseline's capacity not measured: it says so in the notes)."""
     summary = results.capacity
     if summary is None:
-        if config.objective.on_capacity:
+        if objective.on_capacity:
             results.add_note("no capacity was searched (no launched variant): the decision stands on throughput")
-        return
+        return None
     summary.rows = _rows(results, summary)
+    summary.winner, summary.reason = None, None
     by_name = {row.variant: row for row in summary.rows}
     base = by_name.get(BASELINE.name)
     if base is None or base.source != "measured":
         results.add_note("the baseline's capacity was not measured: capacity decides nothing in this run")
-        return
+        return None
 
-    def ranked(rows: list[CapacityRow]) -> list[CapacityRow]:
+    def simplicity(row: CapacityRow) -> tuple[int, int, int, str]:
+        return simplicity_key(results, Variant.from_dict(results.variant(row.variant).variant))  # type: ignore[union-attr]
+
+    def ranked(rows: Sequence[CapacityRow]) -> list[CapacityRow]:
         """Fewest servers first; among equal counts the most capacity, within `TIE` the simpler variant."""
-
-        def simplicity(row: CapacityRow) -> tuple[int, int, int, str]:
-            return simplicity_key(results, Variant.from_dict(results.variant(row.variant).variant))  # type: ignore[union-attr]
 
         def count(row: CapacityRow) -> float:  # no server count: no target (all alike), or no rate sustained (last)
             return row.servers if row.servers is not None else (math.inf if summary.target_rate else 0)
@@ -135,34 +145,43 @@ def decide(state: RunState, decision: Decision, batch1: Decision | None = None) 
             out += rank([row for row in rows if count(row) == servers], lambda row: row.capacity, simplicity)
         return out
 
-    eligible_rows = [row for row in summary.rows if row.eligible]
-    speculative = [row for row in ranked(eligible_rows) if row.variant != BASELINE.name]
     base_high = base.high if base.high is not None else base.capacity
-    paying = [row for row in speculative if row.low is not None and row.low > base_high]
-    candidates = ranked([base, *paying])
-    winner = candidates[0]
+
+    def gain(row: CapacityRow) -> Interval | None:
+        """The capacity ratio to the baseline, its interval from the brackets: pays when the rate it sustained
+        (`low`) is above the lowest the baseline missed (`base_high`)."""
+        if row.low is None:
+            return None
+        low = row.low / base_high if base_high > 0 else (math.inf if row.low > 0 else 0.0)
+        if base.capacity <= 0 or base_high <= 0:
+            return Interval(value=math.inf, low=low, high=math.inf)
+        high = (row.high or row.capacity) / max(base.low or base.capacity, 1e-9)
+        return Interval(value=row.capacity / base.capacity, low=low, high=high)
+
+    speculative = [row for row in ranked([r for r in summary.rows if r.eligible]) if row.variant != BASELINE.name]
+    outcome = by_throughput(
+        Scope(base=base, baseline_ok=True, speculative=speculative, order=ranked, gain=gain, threshold=1.0)
+    )
+    winner = outcome.winner
     unknown = _unresolved(results, base, speculative)
-    if unknown and (winner.variant == BASELINE.name or _open_ended(results, base.variant)):
+    if unknown and (winner is base or _open_ended(results, base.variant)):
         results.add_note(
             f"capacity decides nothing in this run: {'; '.join(unknown)}; more requests per rate "
             "(--capacity-requests) or a larger --budget-minutes would bracket it. The decision stands on throughput."
         )
         summary.reason = f"undecided by capacity: {'; '.join(unknown)}"
-        if summary.why == UNSATURATED:
-            _fall_back(results, decision, batch1, "; ".join(unknown))
-            _gate(state, decision)
-        return
+        return ByCapacity(summary, unknown="; ".join(unknown))
     target = summary.target_rate
     servers = ""
     if target is not None and winner.servers:
         servers = f"; {rate_text(target)} requests/s need {winner.servers} server(s)"
-    if winner.variant == BASELINE.name:
-        if speculative:
+    if winner is base:
+        if outcome.best is not None:
             best = speculative[0]
             why = (
-                f"its capacity does not exceed the baseline's interval (up to {rate_text(base_high)})"
-                if best not in paying
-                else "it needs more servers"
+                "it needs more servers"
+                if pays(gain(best), 1.0)
+                else f"its capacity does not exceed the baseline's interval (up to {rate_text(base_high)})"
             )
             text = (
                 f"baseline {_rate_text(base)}: the best speculative variant, {best.variant} ({_rate_text(best)}), "
@@ -172,63 +191,12 @@ def decide(state: RunState, decision: Decision, batch1: Decision | None = None) 
             text = f"baseline {_rate_text(base)}: no lossless speculative variant's capacity was measured"
     else:
         text = f"{winner.variant}: {_rate_text(winner)} vs the baseline's {_rate_text(base)}"
-    slo = _slo_text(summary)
-    reason = f"By capacity ({summary.why}; {slo}): {text}{servers}."
-    summary.winner, summary.reason = winner.variant, reason
-    changed, previous = winner.variant != decision.winner, decision.winner
-    decision.winner = winner.variant
-    decision.speculation = winner.variant != BASELINE.name
-    if decision.speculation:
-        decision.gain = (
-            Interval(
-                value=winner.capacity / base.capacity,
-                low=(winner.low or winner.capacity) / base_high,
-                high=(winner.high or winner.capacity) / max(base.low or base.capacity, 1e-9),
-            )
-            if base.capacity > 0 and base_high > 0
-            else None  # the baseline sustained none of the rates offered: no ratio
-        )
-    else:
-        decision.gain = Interval(value=1.0, low=1.0, high=1.0)
-    latency = _latency_at_replay(results, winner.variant) if summary.why == UNSATURATED else ""
-    verb = "chose" if changed else "also chose"
-    decision.reason = f"{reason}{latency} (By throughput the run {verb} {previous}: {decision.reason})"
-    _gate(state, decision)
-
-
-def _gate(state: RunState, decision: Decision) -> None:
-    """`--require-speedup`: the exit code follows the decision."""
-    if state.config.objective.require_speedup:
-        from runinfra_opt.exitcodes import ExitCode
-
-        decision.exit_code = int(ExitCode.OK if decision.speculation else ExitCode.GATE_FAILED)
-
-
-def _fall_back(results: RunResults, decision: Decision, batch1: Decision | None, unknown: str) -> None:
-    """Throughput at a recorded load that does not saturate the server, where capacity decides nothing either: the
-    recorded load's own decision ranks only the offered load, so the decision is throughput where the server was
-    loaded, at the most loaded closed-loop level measured, else at batch 1. Never "keep the baseline" merely because
-    every variant kept up."""
-    closed = [d for d in (results.load.decisions if results.load else []) if d.level.startswith("concurrency:")]
-    level = max(closed, key=lambda d: int(d.level.split(":")[1]), default=None)
-    if level is not None:
-        winner, gain, text = (
-            level.winner,
-            level.gain,
-            f"by throughput at {level.level}, the most loaded level measured: {level.reason}",
-        )
-    elif batch1 is not None:
-        winner, gain, text = batch1.winner, batch1.gain, f"by throughput at batch 1: {batch1.reason}"
-    else:
-        return
-    speculation = winner != BASELINE.name
-    previous = decision.reason
-    decision.winner, decision.speculation = winner, speculation
-    decision.gain = gain if speculation else Interval(value=1.0, low=1.0, high=1.0)
-    decision.reason = (
-        f"Capacity does not decide ({UNSATURATED}; {unknown}): {text} (At the recorded load every variant kept up: "
-        f"{previous})"
-    )
+    summary.winner = winner.variant
+    summary.reason = f"By capacity ({summary.why}; {_slo_text(summary)}): {text}{servers}."
+    ratio = gain(winner) if winner is not base else UNITY
+    if ratio is not None and math.isinf(ratio.value):
+        ratio = None  # the baseline sustained none of the rates offered: no ratio
+    return ByCapacity(summary, winner=winner.variant, gain=ratio)
 
 
 def _slo_text(summary: CapacitySummary) -> str:
@@ -242,7 +210,7 @@ def _slo_text(summary: CapacitySummary) -> str:
     return f"{summary.attainment:.0%} of requests within {' and '.join(parts)}"
 
 
-def _latency_at_replay(results: RunResults, winner: str) -> str:
+def latency_at_replay(results: RunResults, winner: str) -> str:
     """The winner's latency change against the baseline at the recorded load (e2e p50, TTFT p95)."""
 
     def at(name: str) -> tuple[float | None, float | None]:

@@ -1,6 +1,7 @@
-"""Pick the winner from measured results: priorities, constraints, noise, ties, disqualification.
+"""The batch-1 scope: the winner among the variants measured one request at a time, and the per-category view.
 
-Pure functions over `RunResults` and the run's `Objective`. Rules:
+Pure functions over `RunResults` and the run's `Objective`; the rule itself (ranking, ties, paying) is
+`decision.rule`'s, the eligibility `decision.eligibility`'s. At batch 1:
 - `throughput`: maximize output tokens/s over the workload. `ttft` (alias `first-token-latency`): minimize
   TTFT at the chosen percentile; among variants statistically tied with the best TTFT (the paired bootstrap
   95% interval of their TTFT ratio includes 1.0, or they are within 1%), the highest throughput wins.
@@ -14,7 +15,7 @@ Pure functions over `RunResults` and the run's `Objective`. Rules:
   baseline wins and the reason says "speculation does not pay on this traffic: ...".
 - Ties within 1% go to the simpler variant (`objective.rank` with `simplicity_key`): baseline < ngram < early
   exit < draft; then smaller lookahead; then the smaller draft (parameters, from `results.drafts`). Each load
-  level's decision (`optimize.underload`) ranks with the same function and key.
+  level's decision (`decision.levels`) and capacity's rank with the same rule and key.
 - When no variant, not even the baseline, satisfies the constraints: `NoFeasibleVariantError` (exit 3).
 """
 
@@ -25,11 +26,12 @@ from dataclasses import dataclass
 
 from runinfra_opt import stats
 from runinfra_opt.errors import NoFeasibleVariantError, UserInputError
-from runinfra_opt.exitcodes import ExitCode
-from runinfra_opt.methods import Variant, get_method
-from runinfra_opt.objective import TIE, Objective, rank, throughput_of
-from runinfra_opt.records import NO_PASS_SAVED, RequestRecord, disqualifying, saved_a_pass
-from runinfra_opt.results import CategoryDecision, Decision, Interval, RunResults, VariantResult
+from runinfra_opt.methods import BASELINE, Variant
+from runinfra_opt.objective import TIE, Objective, throughput_of
+from runinfra_opt.optimize.decision.eligibility import saved_nothing, unwritten_schedule
+from runinfra_opt.optimize.decision.rule import UNITY, Scope, by_throughput, by_ttft, pays, simplicity_key
+from runinfra_opt.records import NO_PASS_SAVED, RequestRecord, disqualifying
+from runinfra_opt.results import CategoryDecision, Interval, RunResults, VariantResult
 
 
 @dataclass
@@ -50,29 +52,6 @@ class _Candidate:
 
 def _variant_of(result: VariantResult) -> Variant:
     return Variant.from_dict(result.variant)
-
-
-def saved_nothing(result: VariantResult) -> bool:
-    """Speculative, measured at batch 1, and no target pass there produced more than one token
-    (`records.saved_a_pass`): it cannot win, at batch 1, at a load level or on capacity."""
-    measured = result.measured_requests
-    return _variant_of(result).is_speculative and bool(measured) and not saved_a_pass(measured)
-
-
-def _draft_size(results: RunResults, spec: str | None) -> int:
-    if spec is None:
-        return 0
-    for info in results.drafts:
-        if spec in {info.spec, info.name, info.path}:
-            return info.num_parameters or 0
-    return 0
-
-
-def simplicity_key(results: RunResults, variant: Variant) -> tuple[int, int, int, str]:
-    """Ties go to the smaller key: method order, lookahead, draft parameters, name."""
-    drafter = get_method(variant.method).drafter(variant)
-    size = _draft_size(results, drafter.model if drafter is not None else None)
-    return (get_method(variant.method).rank, variant.lookahead, size, variant.name)
 
 
 def _simplest(results: RunResults) -> Callable[[_Candidate], tuple[int, int, int, str]]:
@@ -98,12 +77,28 @@ def _disqualify(result: VariantResult) -> None:
             return
 
 
-def decide(results: RunResults, objective: Objective | None = None, *, seed: int = 0) -> Decision:
-    """Choose the winner among the measured variants of `results` and say why. Fills each variant's
+@dataclass(frozen=True)
+class Batch1:
+    """The decision at batch 1 (`decide`): one part of the run's `Decision`."""
+
+    winner: str
+    reason: str
+    gain: Interval | None
+    """The winner's throughput ratio to the baseline (`UNITY` for the baseline)."""
+    ttft_change: float | None
+    per_category: list[CategoryDecision]
+    disqualified: list[str]
+
+    @property
+    def speculation(self) -> bool:
+        return self.winner != BASELINE.name
+
+
+def decide(results: RunResults, objective: Objective | None = None, *, seed: int = 0) -> Batch1:
+    """Choose the winner among the variants measured at batch 1 and say why. Fills each variant's
     `disqualified` and `ruled_out` (measured variants from measured figures; predicted-only variants from
     their predictions, prefixed "predicted"). Raises `NoFeasibleVariantError` when nothing satisfies the
-    constraints. With `require_speedup`, a baseline win gets exit code 4 in the decision (the caller raises).
-    `objective` None: the default one (throughput)."""
+    constraints. `objective` None: the default one (throughput)."""
     objective = objective or Objective()
     percentile = objective.percentile
     baseline_result = results.variant("baseline")
@@ -120,7 +115,6 @@ def decide(results: RunResults, objective: Objective | None = None, *, seed: int
         None,
     )
 
-    schedule = results.load.schedule if results.load else None
     candidates: list[_Candidate] = []
     for result in results.variants:
         result.ruled_out = []
@@ -149,9 +143,8 @@ def decide(results: RunResults, objective: Objective | None = None, *, seed: int
             )
             if saved_nothing(result):
                 result.ruled_out.append(NO_PASS_SAVED)
-            if schedule is not None and result.name == schedule.variant and not schedule.written:
-                # measured like any variant, but it may win only where it beat every fixed k of its family
-                result.ruled_out.append(f"k schedule {schedule.reason or 'not written'}")
+            if (schedule := unwritten_schedule(results, result)) is not None:
+                result.ruled_out.append(schedule)
             candidates.append(cand)
         elif result.predicted is not None:
             predicted_ttft = result.predicted.ttft_s.get(percentile)
@@ -170,28 +163,28 @@ def decide(results: RunResults, objective: Objective | None = None, *, seed: int
         raise NoFeasibleVariantError(
             "no variant satisfies the constraints, not even the baseline: " + " | ".join(problems)
         )
-    baseline_ok = base in feasible
-    speculative = [c for c in feasible if c is not base]
-
+    scope = Scope(
+        base=base,
+        baseline_ok=base in feasible,
+        speculative=[c for c in feasible if c is not base],
+        order=lambda pool: objective.rank(pool, _simplest(results)),
+        gain=lambda c: c.gain,
+        threshold=objective.min_speedup,
+    )
     if objective.on_ttft:
-        winner, reason = _by_ttft(results, base, baseline_ok, feasible, candidates, objective, seed)
+        winner, reason = _in_words_on_ttft(results, scope, candidates, objective, seed)
     else:
-        winner, reason = _by_throughput(results, base, baseline_ok, speculative, candidates, objective)
+        winner, reason = _in_words_on_throughput(scope, candidates, objective)
 
     disqualified = [c for c in candidates if c.result.disqualified]
     if disqualified:
         reason += f" Disqualified (output differs from the baseline): {', '.join(c.name for c in disqualified)}."
-    speculation = winner is not base
-    exit_code = ExitCode.GATE_FAILED if objective.require_speedup and not speculation else ExitCode.OK
-    return Decision(
+    return Batch1(
         winner=winner.name,
-        speculation=speculation,
-        priority=objective.priority,
         reason=reason,
-        gain=winner.gain if speculation else Interval(value=1.0, low=1.0, high=1.0),
+        gain=winner.gain if winner is not base else UNITY,
         ttft_change=(winner.ttft_s / base_ttft - 1) if base_ttft > 0 else None,
         per_category=per_category(results, objective, feasible=feasible),
-        exit_code=int(exit_code),
         disqualified=[f"{c.name}: {c.result.disqualified}" for c in disqualified],
     )
 
@@ -219,32 +212,29 @@ def _no_pay_reason(best: _Candidate | None, candidates: Sequence[_Candidate], ob
     )
 
 
-def _by_throughput(
-    results: RunResults,
-    base: _Candidate,
-    baseline_ok: bool,
-    speculative: Sequence[_Candidate],
-    candidates: Sequence[_Candidate],
-    objective: Objective,
+def _in_words_on_throughput(
+    scope: Scope[_Candidate], candidates: Sequence[_Candidate], objective: Objective
 ) -> tuple[_Candidate, str]:
-    if not baseline_ok:
-        winner = objective.rank(speculative, _simplest(results))[0]
+    """`rule.by_throughput`, in words."""
+    base = scope.base
+    outcome = by_throughput(scope)
+    winner = outcome.winner
+    if outcome.why == "baseline ruled out":
         return winner, (
             f"{winner.name} is the fastest variant that satisfies the constraints "
             f"({winner.tokens_per_s:.1f} tokens/s, {_gain_text(winner.gain)} the baseline, which is ruled out: "
             f"{'; '.join(base.result.ruled_out) or base.result.disqualified})."
         )
-    paying = [c for c in speculative if objective.pays(c.gain)]
-    if paying:
-        pool = sorted([*paying, base], key=lambda c: -c.tokens_per_s)
-        winner = objective.rank(pool, _simplest(results))[0]
-        if winner is not base:
-            return winner, (
-                f"{winner.name} is {_gain_text(winner.gain)} the baseline's throughput "
-                f"({winner.tokens_per_s:.1f} vs {base.tokens_per_s:.1f} tokens/s), {_lossless_text(winner.records)}."
-            )
+    if outcome.why == "pays":
+        return winner, (
+            f"{winner.name} is {_gain_text(winner.gain)} the baseline's throughput "
+            f"({winner.tokens_per_s:.1f} vs {base.tokens_per_s:.1f} tokens/s), {_lossless_text(winner.records)}."
+        )
+    if outcome.why == "tied with the baseline":
+        paying = [c for c in scope.speculative if pays(c.gain, scope.threshold)]
+        fastest = max([*paying, base], key=lambda c: c.tokens_per_s)
         return base, (
-            f"speculation does not pay on this traffic: the best variant, {pool[0].name}, is within "
+            f"speculation does not pay on this traffic: the best variant, {fastest.name}, is within "
             f"{TIE:.0%} of the baseline."
         )
     best_measured = max(
@@ -255,65 +245,61 @@ def _by_throughput(
     return base, _no_pay_reason(best_measured, candidates, objective)
 
 
-def _by_ttft(
-    results: RunResults,
-    base: _Candidate,
-    baseline_ok: bool,
-    feasible: Sequence[_Candidate],
-    candidates: Sequence[_Candidate],
-    objective: Objective,
-    seed: int,
+def _in_words_on_ttft(
+    results: RunResults, scope: Scope[_Candidate], candidates: Sequence[_Candidate], objective: Objective, seed: int
 ) -> tuple[_Candidate, str]:
+    """`rule.by_ttft` with batch 1's tie (the paired bootstrap interval of the TTFT ratio includes 1, or within
+    `TIE`) and its noise (the interval of the ratio to the baseline below 1, at `--min-speedup`), in words."""
     percentile = objective.percentile
-    ranked = sorted(feasible, key=lambda c: c.ttft_s)
-    best = ranked[0]
+    base = scope.base
 
-    def tied_with_best(c: _Candidate) -> bool:
-        if c is best or c.ttft_s <= best.ttft_s * (1 + TIE):
+    def tied(c: _Candidate, best: _Candidate) -> bool:
+        if c.ttft_s <= best.ttft_s * (1 + TIE):
             return True
         ratio = stats.ttft_ratio(c.records, best.records, percentile, seed=seed)
         return ratio is not None and ratio.low <= 1.0 <= ratio.high
 
-    tied = [c for c in ranked if tied_with_best(c)]
-    winner = rank(tied, throughput_of, _simplest(results))[0]  # among those tied on TTFT: on throughput
-    if winner is base or not baseline_ok:
-        if winner is base:
-            if base is best:
-                alternatives = [c for c in tied if c is not base]
-                if alternatives:
-                    return base, (
-                        f"the baseline has the lowest TTFT {percentile} ({_ms(base.ttft_s)}); the variants tied with "
-                        "it are not faster beyond noise."
-                    )
-                return base, (
-                    f"speculation does not pay on this traffic: the baseline has the lowest TTFT {percentile} "
-                    f"({_ms(base.ttft_s)}) and no speculative variant is tied with it."
-                )
-            return base, (
-                f"the baseline is tied with the lowest TTFT {percentile} ({_ms(base.ttft_s)}) and has the highest "
-                "throughput among the tied variants."
-            )
+    def faster(c: _Candidate) -> bool:
+        vs_base = stats.ttft_ratio(c.records, base.records, percentile, seed=seed)
+        return vs_base is not None and vs_base.high < 1.0 and 1.0 / vs_base.value >= objective.min_speedup
+
+    outcome = by_ttft(scope, lambda c: c.ttft_s, tied, faster, throughput_of, _simplest(results))
+    assert outcome is not None  # every batch-1 candidate has a TTFT
+    winner, why = outcome.winner, outcome.why
+    if why == "baseline fastest":
+        return base, (
+            f"the baseline has the lowest TTFT {percentile} ({_ms(base.ttft_s)}); the variants tied with "
+            "it are not faster beyond noise."
+        )
+    if why == "baseline fastest, alone":
+        return base, (
+            f"speculation does not pay on this traffic: the baseline has the lowest TTFT {percentile} "
+            f"({_ms(base.ttft_s)}) and no speculative variant is tied with it."
+        )
+    if why == "baseline tied, faster":
+        return base, (
+            f"the baseline is tied with the lowest TTFT {percentile} ({_ms(base.ttft_s)}) and has the highest "
+            "throughput among the tied variants."
+        )
+    if why == "baseline ruled out":
         return winner, (
             f"{winner.name} has the lowest TTFT {percentile} that satisfies the constraints ({_ms(winner.ttft_s)}; "
             f"the baseline is ruled out: {'; '.join(base.result.ruled_out) or base.result.disqualified})."
         )
-    # A speculative winner must beat the baseline beyond noise: on TTFT, or (tied on TTFT) on throughput.
-    vs_base = stats.ttft_ratio(winner.records, base.records, percentile, seed=seed)
-    faster_first_token = vs_base is not None and vs_base.high < 1.0 and 1.0 / vs_base.value >= objective.min_speedup
-    base_tied = base in tied
-    if faster_first_token:
+    if why == "faster first token":
         return winner, (
             f"{winner.name} reaches the first token sooner: TTFT {percentile} {_ms(winner.ttft_s)} vs "
             f"{_ms(base.ttft_s)} for the baseline, at {_gain_text(winner.gain)} its throughput."
         )
-    if base_tied and objective.pays(winner.gain):
+    if why == "tied, pays on throughput":
         return winner, (
             f"{winner.name} is tied with the baseline on TTFT {percentile} ({_ms(winner.ttft_s)} vs "
             f"{_ms(base.ttft_s)}) and {_gain_text(winner.gain)} faster in throughput."
         )
+    leader = outcome.leader
     return base, (
-        f"speculation does not pay on this traffic: {winner.name} measured TTFT {percentile} {_ms(winner.ttft_s)} "
-        f"vs {_ms(base.ttft_s)} and {_gain_text(winner.gain)} throughput, not better than the baseline beyond noise."
+        f"speculation does not pay on this traffic: {leader.name} measured TTFT {percentile} {_ms(leader.ttft_s)} "
+        f"vs {_ms(base.ttft_s)} and {_gain_text(leader.gain)} throughput, not better than the baseline beyond noise."
     )
 
 
