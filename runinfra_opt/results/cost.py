@@ -102,17 +102,23 @@ class StepTableRecord(_Model):
 
 
 class StepTrial(_Model):
-    """One measured step of a step-cost measurement (`engine.vllm.stepcost.Trial`)."""
+    """One measured step of a step-cost measurement (`engine.vllm.stepcost`): `batch` sequences of `tokens` new
+    tokens over `context` cached ones (context 0 and batch 1: a prefill of `tokens`)."""
 
     kind: str
+    """`step` or `prefill`."""
     batch: int
     tokens: int
     context: int
     step_s: float
+    """First token of the earliest probe minus the blocker's first token."""
     spread_s: float
+    """Latest minus earliest probe's first token (the same step: small against `step_s`)."""
     blocker_tokens: int
     attempt: int
+    """1 when the first try landed."""
     sweep: int = 0
+    """Which pass over the grid it belongs to (0-based)."""
 
 
 class RejectedTry(_Model):

@@ -26,13 +26,14 @@ import secrets
 import statistics
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
 from runinfra_opt.engine.vllm import metrics
 from runinfra_opt.engine.vllm.client import CompletionRequest, OpenAIClient, RequestResult
 from runinfra_opt.errors import EngineError
 from runinfra_opt.predict.steptable import StepCostTable
+from runinfra_opt.results.cost import StepTrial
 
 WARMUP_TRIALS = 2
 BLOCKER_TOKENS = 16
@@ -87,33 +88,12 @@ class StepCostGrid:
         )
 
 
-@dataclass(frozen=True)
-class Trial:
-    """One measured step: `batch` sequences of `tokens` new tokens over `context` cached ones (context 0 and batch
-    1: a prefill of `tokens`)."""
-
-    kind: str
-    """`step` or `prefill`."""
-    batch: int
-    tokens: int
-    context: int
-    step_s: float
-    """First token of the earliest probe minus the blocker's first token."""
-    spread_s: float
-    """Latest minus earliest probe's first token (the same step: small against `step_s`)."""
-    blocker_tokens: int
-    attempt: int
-    """1 when the first try landed."""
-    sweep: int = 0
-    """Which pass over the grid it belongs to (0-based)."""
-
-
 @dataclass
 class StepCostMeasurement:
     """The table, and what it was made from."""
 
     table: StepCostTable
-    trials: list[Trial]
+    trials: list[StepTrial]
     rejected: list[dict[str, Any]]
     """Tries that did not land (batch, tokens, reason)."""
     block_size: int
@@ -133,7 +113,7 @@ class StepCostMeasurement:
     def to_dict(self) -> dict[str, Any]:
         return {
             "table": self.table.to_dict(),
-            "trials": [asdict(t) for t in self.trials],
+            "trials": [t.model_dump() for t in self.trials],
             "rejected": self.rejected,
             "block_size": self.block_size,
             "checked_on_counters": self.checked_on_counters,
@@ -196,7 +176,7 @@ class _Meter:
         """Send each prefix once, so that its full blocks are cached."""
         await self.send_all([self.plan.request(f"prefix-{i}", p) for i, p in enumerate(self.plan.prefixes)])
 
-    async def trial(self, kind: str, batch: int, tokens: int) -> Trial:
+    async def trial(self, kind: str, batch: int, tokens: int) -> StepTrial:
         """One step of `batch` probes (or one prefill of `tokens`), retried until it lands."""
         plan = self.plan
         for attempt in range(1, ATTEMPTS + 1):
@@ -220,7 +200,10 @@ class _Meter:
             computed = len(blocker) + sum(len(p) for p in probes) - cached + 1 + len(probes)
             reason = self._miss(gap, spread, before, after, computed, cached)
             if reason is None:
-                return Trial(kind, batch, tokens, context, gap, spread, len(blocker), attempt)
+                return StepTrial(
+                    kind=kind, batch=batch, tokens=tokens, context=context, step_s=gap, spread_s=spread,
+                    blocker_tokens=len(blocker), attempt=attempt,
+                )
             self.rejected.append({"kind": kind, "batch": batch, "tokens": tokens, "attempt": attempt,
                                   "reason": reason, "blocker_tokens": len(blocker), "lead_s": plan.lead_s})  # fmt: skip
             if reason.startswith("cache"):
@@ -275,7 +258,7 @@ async def measure_async(
     block_size: int | None = None,
     blocker_tokens: int = BLOCKER_TOKENS,
     seed: int = 0,
-    on_trial: Callable[[Trial], None] | None = None,
+    on_trial: Callable[[StepTrial], None] | None = None,
 ) -> StepCostMeasurement:
     """Measure the step-cost table over `grid` on the (otherwise idle) server behind `client`. `vocab_size`: the
     target's (prompts are random token ids well inside it); `block_size`: the server's KV block size when its
@@ -296,7 +279,7 @@ async def _measure(
     block_size: int | None,
     blocker_tokens: int,
     seed: int,
-    on_trial: Callable[[Trial], None] | None,
+    on_trial: Callable[[StepTrial], None] | None,
 ) -> StepCostMeasurement:
     start = time.perf_counter()
     batch_sizes, tokens, repeats = sorted(set(grid.batch_sizes)), sorted(set(grid.tokens)), grid.repeats
@@ -324,13 +307,13 @@ async def _measure(
     for _ in range(WARMUP_TRIALS):  # untimed: first shapes, connections, and the blocker's calibration
         await meter.trial("step", max(batch_sizes), max(tokens))
     cells = [("step", b, m) for b in batch_sizes for m in tokens] + [("prefill", 1, n) for n in prefill_lengths]
-    trials: list[Trial] = []
+    trials: list[StepTrial] = []
     for sweep in range(repeats):  # every cell once, then again: drift hits all cells alike
         # Each sweep in its own order: in grid order the first cells always follow the previous sweep's long
         # prefills and measure slow.
         rng.shuffle(cells)
         for kind, batch, count in cells:
-            trial = dataclasses.replace(await meter.trial(kind, batch, count), sweep=sweep)
+            trial = (await meter.trial(kind, batch, count)).model_copy(update={"sweep": sweep})
             trials.append(trial)
             if on_trial is not None:
                 on_trial(trial)
