@@ -28,20 +28,6 @@ into memory (`load_workload`) and planning them peaks at 114 MB (+56 MB), which 
 PEAK_LIMIT_MB = 300
 
 
-def _write(path: Path, lines: int) -> Path:
-    with path.open("w", encoding="utf-8") as fh:
-        for i in range(lines):
-            record = {
-                "id": f"r{i}",
-                "arrival_s": round(i * 0.05, 3),
-                "category": ("chat", "code", "json")[i % 3],
-                "messages": [{"role": "user", "content": f"Question {i}: what is {i} plus {i}? Explain briefly."}],
-                "max_tokens": 64,
-            }
-            fh.write(json.dumps(record) + "\n")
-    return path
-
-
 def plan_peak_mb(path: Path, load: str) -> tuple[dict[str, object], float]:
     """`runinfra-opt load plan --json` on the file in a child process: its JSON output and its peak RSS (MB)."""
     # Linux keeps a process's peak RSS across fork + exec, so a child of pytest would report pytest's peak: a small
@@ -62,8 +48,8 @@ def plan_peak_mb(path: Path, load: str) -> tuple[dict[str, object], float]:
 
 def test_100k_request_workload_plans_in_bounded_memory(tmp_path: Path) -> None:
     load = "replay+rate:20"
-    small, small_peak = plan_peak_mb(_write(tmp_path / "small.jsonl", SMALL), load)
-    big, big_peak = plan_peak_mb(_write(tmp_path / "big.jsonl", BIG), load)
+    small, small_peak = plan_peak_mb(replay_memory.write_workload(tmp_path / "small.jsonl", SMALL), load)
+    big, big_peak = plan_peak_mb(replay_memory.write_workload(tmp_path / "big.jsonl", BIG), load)
     replay, rate = big["levels"]  # type: ignore[misc]
     assert big["requests"] == BIG
     assert replay["requests"] == BIG
